@@ -1,0 +1,210 @@
+"""A model's shape, read from a Hugging Face config.json dictionary.
+
+Only what memory depends on is kept. The reader trusts what real configs carry over what can be derived:
+`head_dim` when present (Gemma, Qwen3 and gpt-oss do not use hidden/heads), `num_key_value_heads`, the layer
+pattern of sliding-window models, MLA ranks and the quantization block.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.capacity.quantization import Quantization, QuantizationError, from_config
+
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+
+
+class ConfigError(ValueError):
+    """A config.json that lacks or garbles what the model needs; the message names the key and the file."""
+
+
+@dataclass(frozen=True)
+class MoE:
+    num_experts: int
+    experts_per_token: int
+    expert_intermediate_size: int
+    shared_intermediate_size: int  # all shared experts together; 0 when there are none
+    dense_layers: frozenset[int]  # layers that keep a plain MLP (DeepSeek's first_k_dense_replace)
+    expert_bias: bool = False  # gpt-oss experts carry biases
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): the KV cache holds one compressed latent."""
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    patch_size: int
+    num_channels: int
+
+
+@dataclass(frozen=True)
+class ModelArchitecture:
+    name: str
+    source: str
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    dtype: str
+    max_position_embeddings: int
+    layer_types: tuple[str, ...]
+    sliding_window: int | None = None
+    attention_bias: bool = False
+    moe: MoE | None = None
+    mla: MLA | None = None
+    quantization: Quantization | None = None
+    vision: VisionTower | None = None
+
+    @property
+    def is_hybrid(self) -> bool:
+        return SLIDING in self.layer_types and FULL in self.layer_types
+
+
+def _require(config: dict[str, Any], key: str, source: str, *alternatives: str) -> Any:
+    for name in (key, *alternatives):
+        if config.get(name) is not None:
+            return config[name]
+    names = " or ".join(repr(n) for n in (key, *alternatives))
+    raise ConfigError(f"{source}: missing key {names}, which the capacity model needs")
+
+
+def _layer_types(config: dict[str, Any], num_layers: int, window: int | None, source: str) -> tuple[str, ...]:
+    declared = config.get("layer_types")
+    if declared:
+        if len(declared) != num_layers:
+            raise ConfigError(
+                f"{source}: layer_types has {len(declared)} entries but num_hidden_layers is {num_layers}"
+            )
+        return tuple(SLIDING if kind == SLIDING else FULL for kind in declared)
+    if window is None:
+        return (FULL,) * num_layers
+    model_type = str(config.get("model_type", ""))
+    pattern = config.get("sliding_window_pattern")
+    if model_type.startswith("gemma3") or pattern:
+        # Gemma 3: every `pattern`-th layer is global, the rest slide.
+        every = int(pattern or 6)
+        return tuple(FULL if (i + 1) % every == 0 else SLIDING for i in range(num_layers))
+    if model_type.startswith("gemma2"):
+        return tuple(SLIDING if i % 2 == 0 else FULL for i in range(num_layers))
+    if config.get("use_sliding_window") is False:
+        return (FULL,) * num_layers
+    return (SLIDING,) * num_layers  # Mistral v0.1-style: every layer slides
+
+
+def _window(config: dict[str, Any], max_positions: int) -> int | None:
+    window = config.get("sliding_window")
+    if config.get("use_sliding_window") is False and not config.get("layer_types"):
+        return None
+    if not window or int(window) >= max_positions:
+        return None  # Phi-3.5's 262144-token "window" is wider than the context: no sliding at all
+    return int(window)
+
+
+def _moe(config: dict[str, Any], num_layers: int) -> MoE | None:
+    experts = config.get("n_routed_experts") or config.get("num_local_experts") or config.get("num_experts")
+    if not experts:
+        return None
+    expert_size = config.get("moe_intermediate_size") or config["intermediate_size"]
+    shared = int(config.get("shared_expert_intermediate_size") or 0)
+    if config.get("n_shared_experts"):
+        shared = int(config["n_shared_experts"]) * int(expert_size)
+    dense = set(range(int(config.get("first_k_dense_replace") or 0)))
+    dense |= {int(i) for i in config.get("mlp_only_layers") or []}
+    step = int(config.get("decoder_sparse_step") or 1)
+    dense |= {i for i in range(num_layers) if (i + 1) % step != 0}
+    return MoE(
+        num_experts=int(experts),
+        experts_per_token=int(
+            config.get("num_experts_per_tok") or config.get("experts_per_token") or config.get("top_k") or 1
+        ),
+        expert_intermediate_size=int(expert_size),
+        shared_intermediate_size=shared,
+        dense_layers=frozenset(dense),
+        expert_bias=str(config.get("model_type")) == "gpt_oss",
+    )
+
+
+def _vision(config: dict[str, Any]) -> VisionTower | None:
+    vision = config.get("vision_config")
+    if not isinstance(vision, dict) or not vision.get("hidden_size"):
+        return None
+    return VisionTower(
+        hidden_size=int(vision["hidden_size"]),
+        intermediate_size=int(vision.get("intermediate_size") or 4 * vision["hidden_size"]),
+        num_layers=int(vision.get("num_hidden_layers") or vision.get("depth") or 0),
+        patch_size=int(vision.get("patch_size") or 14),
+        num_channels=int(vision.get("num_channels") or 3),
+    )
+
+
+def _ties_by_default(config: dict[str, Any]) -> bool:
+    # transformers' Gemma configs default to tied embeddings and their config.json files often omit the key.
+    return str(config.get("model_type", "")).startswith("gemma")
+
+
+def from_hf_config(config: dict[str, Any], source: str, name: str | None = None) -> ModelArchitecture:
+    """Read a config.json dictionary; `source` names the file in every error."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
+    body = {**config, **text} if text else config
+    if "model_type" in config and text is not None:
+        body["model_type"] = text.get("model_type", config["model_type"])
+    hidden = int(_require(body, "hidden_size", source, "n_embd", "d_model"))
+    layers = int(_require(body, "num_hidden_layers", source, "n_layer", "num_layers"))
+    heads = int(_require(body, "num_attention_heads", source, "n_head"))
+    kv_heads = int(body.get("num_key_value_heads") or heads)
+    head_dim = int(body.get("head_dim") or hidden // heads)
+    max_positions = int(_require(body, "max_position_embeddings", source, "n_positions", "max_seq_len"))
+    window = _window(body, max_positions)
+    mla = None
+    if body.get("kv_lora_rank"):
+        mla = MLA(
+            kv_lora_rank=int(body["kv_lora_rank"]),
+            qk_rope_head_dim=int(_require(body, "qk_rope_head_dim", source)),
+            qk_nope_head_dim=int(_require(body, "qk_nope_head_dim", source)),
+            v_head_dim=int(_require(body, "v_head_dim", source)),
+            q_lora_rank=int(body["q_lora_rank"]) if body.get("q_lora_rank") else None,
+        )
+    quant_config = body.get("quantization_config") or config.get("quantization_config")
+    try:
+        quantization = from_config(quant_config) if quant_config else None
+    except QuantizationError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    dtype = str(body.get("torch_dtype") or body.get("dtype") or config.get("torch_dtype") or "bfloat16")
+    return ModelArchitecture(
+        name=name or str(config.get("_name_or_path") or source),
+        source=source,
+        hidden_size=hidden,
+        num_layers=layers,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=int(_require(body, "intermediate_size", source, "n_inner", "ffn_dim")),
+        vocab_size=int(_require(body, "vocab_size", source)),
+        tie_word_embeddings=bool(
+            body.get("tie_word_embeddings", config.get("tie_word_embeddings", _ties_by_default(body)))
+        ),
+        dtype=dtype,
+        max_position_embeddings=max_positions,
+        layer_types=_layer_types(body, layers, window, source),
+        sliding_window=window,
+        attention_bias=bool(body.get("attention_bias") or body.get("model_type") in {"qwen2", "qwen2_moe"}),
+        moe=_moe(body, layers),
+        mla=mla,
+        quantization=quantization,
+        vision=_vision(config),
+    )

@@ -1,0 +1,154 @@
+"""KV-cache bytes per token, and how many tokens a pool of bytes holds under vLLM's block rules.
+
+Per layer and token a GPU stores `2 x kv_heads_per_gpu x head_dim x kv_dtype_bytes`, with
+`kv_heads_per_gpu = max(1, kv_heads // TP)`: GQA heads split across tensor-parallel ranks until there are more
+ranks than heads, then every rank keeps a copy. MLA models store one latent of `kv_lora_rank + qk_rope_head_dim`
+per layer, no factor 2 and no split (every TP rank holds the whole latent).
+
+Pools are counted in blocks of `block_size` tokens. A model whose layers all use the same attention is one group:
+`blocks = floor(pool / (layers x block bytes))`. Models mixing sliding-window and full layers (Gemma 2/3,
+gpt-oss) use vLLM's hybrid allocator: layers are cut into groups of equal size, every group draws pages from one
+shared pool, and a request needs whole-context pages in full groups but only window-sized ones in sliding groups;
+the engine then reports tokens as `max concurrency x max_model_len`.
+"""
+
+import math
+from dataclasses import dataclass
+
+from exporter.capacity.architecture import FULL, SLIDING, ModelArchitecture
+
+_KV_DTYPE_BYTES = {
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "float32": 4,
+}
+
+
+class KvDtypeError(ValueError):
+    """An unknown --kv-cache-dtype."""
+
+
+def kv_dtype_bytes(kv_cache_dtype: str, weight_bytes: int) -> int:
+    """ "auto" stores KV in the dtype the weights are served in."""
+    if kv_cache_dtype == "auto":
+        return weight_bytes
+    if kv_cache_dtype not in _KV_DTYPE_BYTES:
+        raise KvDtypeError(f"--kv-cache-dtype {kv_cache_dtype!r} is not one of auto, {', '.join(_KV_DTYPE_BYTES)}")
+    return _KV_DTYPE_BYTES[kv_cache_dtype]
+
+
+def kv_heads_per_gpu(arch: ModelArchitecture, tp: int) -> int:
+    return 1 if arch.mla is not None else max(1, arch.num_kv_heads // tp)
+
+
+def kv_bytes_per_token_per_layer(arch: ModelArchitecture, tp: int, dtype_bytes: int) -> int:
+    if arch.mla is not None:
+        return (arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim) * dtype_bytes
+    return 2 * kv_heads_per_gpu(arch, tp) * arch.head_dim * dtype_bytes
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """The KV cache of one GPU: which layers it holds and what a token costs in each."""
+
+    bytes_per_token_per_layer: int
+    full_layers: int
+    sliding_layers: int
+    sliding_window: int | None
+
+    @property
+    def layers(self) -> int:
+        return self.full_layers + self.sliding_layers
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Every layer's share of one token: what a token costs while the context is inside the window."""
+        return self.bytes_per_token_per_layer * self.layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.full_layers > 0 and self.sliding_layers > 0
+
+
+def kv_layout(arch: ModelArchitecture, tp: int = 1, pp: int = 1, dtype_bytes: int = 2) -> KvLayout:
+    per_stage = math.ceil(arch.num_layers / pp)
+    stage = arch.layer_types[:per_stage]  # the first stage is the fullest when the split is uneven
+    return KvLayout(
+        bytes_per_token_per_layer=kv_bytes_per_token_per_layer(arch, tp, dtype_bytes),
+        full_layers=stage.count(FULL),
+        sliding_layers=stage.count(SLIDING),
+        sliding_window=arch.sliding_window,
+    )
+
+
+@dataclass(frozen=True)
+class KvPool:
+    """What a pool of KV bytes holds."""
+
+    num_blocks: int
+    block_size: int
+    tokens: int  # as the engine reports it (vLLM's "GPU KV cache size")
+    max_concurrency: float  # requests of max_model_len tokens that fit at once
+    blocks_per_request: int
+    block_bytes: int  # one block across the layers that share it
+    pool_bytes: int  # the bytes the blocks really occupy
+
+
+def _group_size(full: int, sliding: int) -> int:
+    """vLLM's layers-per-group for a hybrid model: the smaller count, or the larger when they are close."""
+    small, large = min(full, sliding), max(full, sliding)
+    return large if large < 1.5 * small else small
+
+
+def _sliding_blocks(window: int, context: int, max_num_batched_tokens: int, block_size: int) -> int:
+    # A sliding layer keeps the window plus the chunk being prefilled, and one block of slack.
+    return math.ceil(min(window - 1 + max_num_batched_tokens, context) / block_size) + 1
+
+
+def _blocks_per_layer_group(layout: KvLayout) -> int:
+    """Layers that share one block of the pool: all of them, or a hybrid model's group size."""
+    if layout.is_hybrid:
+        return _group_size(layout.full_layers, layout.sliding_layers)
+    return layout.layers
+
+
+def blocks_per_request(layout: KvLayout, context: int, block_size: int, max_num_batched_tokens: int) -> int:
+    """Pool blocks one request of `context` tokens holds at its longest."""
+    full = math.ceil(context / block_size)
+    if layout.sliding_window is None or layout.sliding_layers == 0:
+        return full
+    window = _sliding_blocks(layout.sliding_window, context, max_num_batched_tokens, block_size)
+    if not layout.is_hybrid:
+        return window
+    group = _blocks_per_layer_group(layout)
+    return math.ceil(layout.full_layers / group) * full + math.ceil(layout.sliding_layers / group) * window
+
+
+def kv_pool(
+    layout: KvLayout,
+    pool_bytes: int,
+    block_size: int,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+) -> KvPool:
+    """Blocks, tokens and concurrency that `pool_bytes` of KV memory on one GPU give."""
+    if layout.layers == 0:
+        raise ValueError("a KV layout with no layers holds no tokens")
+    block_bytes = block_size * layout.bytes_per_token_per_layer * _blocks_per_layer_group(layout)
+    num_blocks = max(0, pool_bytes) // block_bytes
+    per_request = blocks_per_request(layout, max_model_len, block_size, max_num_batched_tokens)
+    concurrency = num_blocks / per_request
+    windowed = layout.sliding_layers > 0 and layout.sliding_window is not None
+    return KvPool(
+        num_blocks=num_blocks,
+        block_size=block_size,
+        tokens=int(concurrency * max_model_len) if windowed else num_blocks * block_size,
+        max_concurrency=concurrency,
+        blocks_per_request=per_request,
+        block_bytes=block_bytes,
+        pool_bytes=num_blocks * block_bytes,
+    )

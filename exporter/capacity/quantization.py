@@ -1,0 +1,103 @@
+"""How many bytes a quantized weight really costs, scales and zero points included.
+
+Every method below quantizes the decoder's linear layers only; embeddings, the LM head, norms and routers keep
+the model dtype (that is what vLLM loads for each of them). MXFP4 checkpoints (gpt-oss) quantize the MoE experts
+only. The scale overhead matters: 4-bit AWQ at group size 128 costs 0.52 bytes a weight, not 0.5.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+# Which linear layers a method converts.
+SCOPE_LINEAR = "linear"
+SCOPE_EXPERTS = "experts"
+
+
+class QuantizationError(ValueError):
+    """A quantization_config Plimsoll cannot price; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Quantization:
+    method: str
+    bits: int
+    bytes_per_weight: float
+    scope: str = SCOPE_LINEAR
+
+    @property
+    def label(self) -> str:
+        return f"{self.method} ({self.bits}-bit, {self.bytes_per_weight:.4g} bytes/weight)"
+
+
+def _int_bits(bits: int, group_size: int | None, scale_bytes: float = 2.0) -> float:
+    """Packed b-bit integers plus one scale (fp16) and one packed zero point per group."""
+    weight = bits / 8
+    if not group_size or group_size <= 0:
+        return weight  # per-channel scales: one per output row, negligible against the matrix
+    return weight + (scale_bytes + bits / 8) / group_size
+
+
+def _fp8(block: list[int] | None) -> float:
+    if block:
+        return 1 + 4 / (block[0] * block[1])  # one fp32 scale per block
+    return 1.0
+
+
+def from_flag(method: str) -> Quantization:
+    """vLLM's `--quantization` for online quantization of a 16-bit checkpoint."""
+    if method == "fp8":
+        return Quantization("fp8", 8, 1.0)
+    if method == "bitsandbytes":
+        return Quantization("bitsandbytes", 4, _nf4(double_quant=False))
+    raise QuantizationError(
+        f"--quantization {method!r} cannot be applied to an unquantized checkpoint "
+        "(online quantization exists for fp8 and bitsandbytes; use a quantized checkpoint's config.json)"
+    )
+
+
+def _nf4(double_quant: bool) -> float:
+    # One absmax per 64 weights: fp32, or 8-bit with a second-level fp32 scale per 256 absmaxes.
+    return 0.5 + (1 / 64 + 4 / (64 * 256) if double_quant else 4 / 64)
+
+
+def from_config(config: dict[str, Any]) -> Quantization:
+    """A `quantization_config` block of a Hugging Face config.json."""
+    method = str(config.get("quant_method", "")).lower()
+    if method in {"fp8", "fbgemm_fp8"}:
+        return Quantization("fp8", 8, _fp8(config.get("weight_block_size")))
+    if method in {"awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round"}:
+        bits = int(config.get("bits", config.get("w_bit", 4)))
+        group = config.get("group_size", config.get("q_group_size", 128))
+        return Quantization(method.removesuffix("_marlin"), bits, _int_bits(bits, group))
+    if method == "bitsandbytes":
+        if config.get("load_in_8bit"):
+            return Quantization("bitsandbytes", 8, 1.0)
+        return Quantization("bitsandbytes", 4, _nf4(bool(config.get("bnb_4bit_use_double_quant"))))
+    if method == "mxfp4":
+        return Quantization("mxfp4", 4, 0.5 + 1 / 32, scope=SCOPE_EXPERTS)  # e8m0 scale per 32
+    if method == "compressed-tensors":
+        return _compressed_tensors(config)
+    if method == "modelopt":
+        algo = str(config.get("quant_algo", config.get("quantization", {}).get("quant_algo", ""))).upper()
+        if algo == "FP8":
+            return Quantization("fp8", 8, 1.0)
+        if algo == "NVFP4":
+            return Quantization("nvfp4", 4, 0.5 + 1 / 16)  # fp8 scale per 16
+    raise QuantizationError(
+        f"quantization_config.quant_method {method or '(missing)'!r} is not one Plimsoll can price "
+        "(known: fp8, awq, gptq, bitsandbytes, mxfp4, compressed-tensors, modelopt)"
+    )
+
+
+def _compressed_tensors(config: dict[str, Any]) -> Quantization:
+    groups = config.get("config_groups") or {}
+    if not groups:
+        raise QuantizationError("quantization_config.config_groups is missing for compressed-tensors")
+    weights = next(iter(groups.values())).get("weights") or {}
+    bits = int(weights.get("num_bits", 8))
+    if weights.get("type") == "float":
+        if bits == 8:
+            block = weights.get("block_structure") if weights.get("strategy") == "block" else None
+            return Quantization("fp8", 8, _fp8(block))
+        return Quantization("nvfp4", bits, 0.5 + 1 / 16)
+    return Quantization("int", bits, _int_bits(bits, weights.get("group_size")))

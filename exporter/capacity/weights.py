@@ -1,0 +1,166 @@
+"""Parameter counts from the architecture, and the bytes of weights one GPU holds.
+
+Counted as vLLM lays the model out: the vocabulary padded to a multiple of 64 and split by tensor parallelism,
+attention and MLP matrices split by TP, key/value projections replicated once TP exceeds the KV heads, MLA's
+down-projections and MoE routers replicated. Norms are counted but never split (they are tiny).
+Pipeline parallelism gives each stage ceil(layers / PP) layers; the worst stage also holds the embedding or the
+LM head, whichever is larger.
+"""
+
+import math
+from dataclasses import dataclass
+
+from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.quantization import SCOPE_EXPERTS, Quantization
+
+VOCAB_PADDING = 64
+_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+
+
+class DtypeError(ValueError):
+    """An unknown --dtype."""
+
+
+def weight_dtype_bytes(arch: ModelArchitecture, dtype: str = "auto") -> int:
+    """Bytes of an unquantized weight. "auto" keeps 16-bit checkpoints and serves fp32 ones in 16 bits,
+    as vLLM does on GPUs."""
+    if dtype == "auto":
+        return 2
+    if dtype not in _DTYPE_BYTES:
+        raise DtypeError(f"--dtype {dtype!r} is not one of auto, bfloat16, float16, half, float32")
+    return _DTYPE_BYTES[dtype]
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Parameters of one decoder layer on one GPU, split by how they are stored."""
+
+    attention: float
+    dense_mlp: float
+    experts: float
+    replicated: float  # routers, MLA down-projections, norms: full copy on every GPU
+
+    @property
+    def total(self) -> float:
+        return self.attention + self.dense_mlp + self.experts + self.replicated
+
+
+@dataclass(frozen=True)
+class WeightBreakdown:
+    """Bytes of weights on the fullest GPU, by component, and the model's total parameter count."""
+
+    total_parameters: int
+    embedding_bytes: int
+    lm_head_bytes: int
+    attention_bytes: int
+    mlp_bytes: int
+    expert_bytes: int
+    other_bytes: int
+    layers_on_gpu: int
+
+    @property
+    def per_gpu_bytes(self) -> int:
+        return (
+            self.embedding_bytes
+            + self.lm_head_bytes
+            + self.attention_bytes
+            + self.mlp_bytes
+            + self.expert_bytes
+            + self.other_bytes
+        )
+
+
+def _attention_params(arch: ModelArchitecture, tp: int) -> tuple[float, float]:
+    """(split, replicated) parameters of one attention block on one GPU."""
+    hidden, heads = arch.hidden_size, arch.num_attention_heads
+    if arch.mla is not None:
+        mla = arch.mla
+        qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        replicated = hidden * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank
+        if mla.q_lora_rank:
+            replicated += hidden * mla.q_lora_rank + mla.q_lora_rank
+            q_params = mla.q_lora_rank * heads * qk_head
+        else:
+            q_params = hidden * heads * qk_head
+        split = q_params + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+        split += heads * mla.v_head_dim * hidden
+        return split / tp, replicated
+    q_width = heads * arch.head_dim
+    kv_heads_per_gpu = max(1, arch.num_kv_heads // tp)
+    kv_width = kv_heads_per_gpu * arch.head_dim
+    bias = (q_width / tp + 2 * kv_width) if arch.attention_bias else 0
+    return 2 * hidden * q_width / tp + 2 * hidden * kv_width + bias, 0
+
+
+def _mlp_params(hidden: int, intermediate: int) -> int:
+    return 3 * hidden * intermediate  # gate, up and down projections
+
+
+def layer_params(arch: ModelArchitecture, layer: int, tp: int) -> LayerParams:
+    attention, replicated = _attention_params(arch, tp)
+    replicated += 2 * arch.hidden_size  # input and post-attention norms
+    moe = arch.moe
+    if moe is None or layer in moe.dense_layers:
+        return LayerParams(attention, _mlp_params(arch.hidden_size, arch.intermediate_size) / tp, 0, replicated)
+    per_expert = _mlp_params(arch.hidden_size, moe.expert_intermediate_size)
+    if moe.expert_bias:
+        per_expert += 2 * moe.expert_intermediate_size + arch.hidden_size
+    router = arch.hidden_size * moe.num_experts + (moe.num_experts if moe.expert_bias else 0)
+    shared = _mlp_params(arch.hidden_size, moe.shared_intermediate_size) / tp
+    return LayerParams(attention, shared, moe.num_experts * per_expert / tp, replicated + router)
+
+
+def _vision_params(arch: ModelArchitecture) -> int:
+    vision = arch.vision
+    if vision is None:
+        return 0
+    width = vision.hidden_size
+    per_layer = 4 * width * width + 2 * width * vision.intermediate_size + 9 * width  # qkvo, mlp, biases, norms
+    patch = vision.num_channels * vision.patch_size**2 * width
+    projector = width * arch.hidden_size
+    return vision.num_layers * per_layer + patch + projector
+
+
+def _padded_vocab(arch: ModelArchitecture) -> int:
+    return math.ceil(arch.vocab_size / VOCAB_PADDING) * VOCAB_PADDING
+
+
+def count_parameters(arch: ModelArchitecture) -> int:
+    """Total parameters of the checkpoint (unpadded vocabulary, TP 1), for checking against published sizes."""
+    layers = sum(layer_params(arch, i, 1).total for i in range(arch.num_layers))
+    embeddings = arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2)
+    return round(layers + embeddings + arch.hidden_size + _vision_params(arch))
+
+
+def weight_breakdown(
+    arch: ModelArchitecture,
+    tp: int = 1,
+    pp: int = 1,
+    dtype: str = "auto",
+    quantization: Quantization | None = None,
+) -> WeightBreakdown:
+    """Weights on the fullest GPU of a TP x PP deployment."""
+    quant = quantization or arch.quantization
+    plain = weight_dtype_bytes(arch, dtype)
+    linear = plain if quant is None or quant.scope == SCOPE_EXPERTS else quant.bytes_per_weight
+    experts = plain if quant is None else quant.bytes_per_weight
+    layers_on_gpu = math.ceil(arch.num_layers / pp)
+    # The fullest stage: the first layers (DeepSeek's dense ones are cheaper, so take the mean per layer).
+    per_layer = [layer_params(arch, i, tp) for i in range(arch.num_layers)]
+    share = layers_on_gpu / arch.num_layers
+    vocab_slice = _padded_vocab(arch) * arch.hidden_size / tp
+    embedding = vocab_slice * plain
+    head = 0.0 if arch.tie_word_embeddings and pp == 1 else vocab_slice * plain
+    if pp > 1:
+        embedding, head = max(embedding, head), 0.0  # one stage holds the larger of the two
+    vision = _vision_params(arch) * plain / tp if pp == 1 else 0
+    return WeightBreakdown(
+        total_parameters=count_parameters(arch),
+        embedding_bytes=round(embedding),
+        lm_head_bytes=round(head),
+        attention_bytes=round(share * sum(p.attention for p in per_layer) * linear),
+        mlp_bytes=round(share * sum(p.dense_mlp for p in per_layer) * linear),
+        expert_bytes=round(share * sum(p.experts for p in per_layer) * experts),
+        other_bytes=round(share * sum(p.replicated for p in per_layer) * plain + vision + arch.hidden_size * plain),
+        layers_on_gpu=layers_on_gpu,
+    )

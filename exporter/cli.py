@@ -1,0 +1,185 @@
+"""The `plimsoll` command: argument parsing and dispatch to one function per subcommand.
+
+Exit codes: 0 an answer (a plan that does not fit is an answer), 2 bad input (the message says which flag,
+file or field, and what to do).
+"""
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from exporter import __version__
+from exporter.capacity import quantization
+from exporter.capacity.architecture import ConfigError
+from exporter.capacity.gpus import GpuSpec
+from exporter.capacity.kv import KvDtypeError
+from exporter.capacity.plan import Deployment, PlanError, plan, plan_fleet
+from exporter.capacity.weights import DtypeError
+from exporter.catalog import CatalogError, find_gpu, gpu_presets, load_model, model_presets
+from exporter.plan_output import fleet_table, plan_table
+from exporter.units import parse_size
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+_INPUT_ERRORS = (
+    CatalogError,
+    ConfigError,
+    PlanError,
+    DtypeError,
+    KvDtypeError,
+    quantization.QuantizationError,
+    ValueError,
+)
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        hint = f" (did you mean {value / 100:g}?)" if 1 < value <= 100 else ""
+        raise argparse.ArgumentTypeError(f"{text} is not a ratio in (0, 1]{hint}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def _add_plan(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "plan",
+        help="the capacity model as a calculator: what fits, how many GPUs, and why",
+        formatter_class=_Formatter,
+        description="Per-GPU memory breakdown of one deployment (weights, activation peak, overhead, KV cache), "
+        "or, with --concurrency, the GPUs and replicas a load needs.",
+    )
+    p.add_argument("--model", help="preset name (see --list-models), or a Hugging Face config.json or its directory")
+    p.add_argument("--list-models", action="store_true", help="list the model presets and exit")
+    p.add_argument("--list-gpus", action="store_true", help="list the GPU presets and exit")
+    p.add_argument("--gpu", default="H100-80GB", help="GPU preset, or 'any' with --concurrency to rank them")
+    p.add_argument("--gpu-memory", type=_size, help="GPU memory instead of a preset (80GiB, 81920MiB, bytes)")
+    p.add_argument("--tp", type=_positive, default=1, help="tensor-parallel size")
+    p.add_argument("--pp", type=_positive, default=1, help="pipeline-parallel size")
+    p.add_argument("--engine", default="vllm", choices=["vllm", "sglang"])
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=_ratio,
+        help="vLLM's gpu_memory_utilization or SGLang's mem_fraction_static (default: the engine's)",
+    )
+    p.add_argument("--max-model-len", type=_positive, help="context length (default: the model's)")
+    p.add_argument("--max-num-batched-tokens", type=_positive, help="default: vLLM's for this GPU")
+    p.add_argument("--max-num-seqs", type=_positive, help="default: vLLM's for this GPU")
+    p.add_argument("--dtype", default="auto", help="weights dtype: auto, bfloat16, float16, float32")
+    p.add_argument("--kv-cache-dtype", default="auto", help="auto (the weights' dtype) or fp8")
+    p.add_argument("--block-size", type=_positive, help="KV block size in tokens (default: vLLM's)")
+    p.add_argument("--kv-cache-memory", type=_size, help="KV pool size per GPU, as vLLM's flag: skips profiling")
+    p.add_argument("--quantization", help="online quantization of a 16-bit checkpoint: fp8 or bitsandbytes")
+    p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    p.add_argument("--concurrency", type=_positive, help="inverse planning: requests in flight to hold")
+    p.add_argument("--prompt-tokens", type=_positive, help="with --concurrency: prompt tokens per request")
+    p.add_argument("--output-tokens", type=_positive, help="with --concurrency: output tokens per request")
+    p.add_argument("--context", type=_positive, help="with --concurrency: total tokens per request")
+    p.add_argument("--format", default="table", choices=["table", "json"])
+    p.set_defaults(handler=_plan)
+
+
+def _gpu_for(args: argparse.Namespace) -> GpuSpec:
+    if args.gpu_memory is not None:
+        return GpuSpec(name=f"{args.gpu_memory / 1024**3:.2f}GiB GPU", memory_bytes=args.gpu_memory)
+    return find_gpu(args.gpu)
+
+
+def _context_tokens(args: argparse.Namespace) -> int:
+    if args.context is not None:
+        return args.context
+    if args.prompt_tokens is None or args.output_tokens is None:
+        raise PlanError("--concurrency needs --context, or both --prompt-tokens and --output-tokens")
+    return args.prompt_tokens + args.output_tokens
+
+
+def _plan(args: argparse.Namespace) -> int:
+    if args.list_models:
+        for preset in model_presets():
+            print(f"{preset.id:<32} {preset.hf_id}")
+        return EXIT_OK
+    if args.list_gpus:
+        for gpu in gpu_presets():
+            print(f"{gpu.name:<12} {gpu.memory_bytes / 1024**3:8.2f} GiB  {', '.join(gpu.aliases)}")
+        return EXIT_OK
+    if not args.model:
+        raise PlanError("--model is required (a preset name, or a path to a config.json)")
+    arch = load_model(args.model)
+    deployment = Deployment(
+        engine=args.engine,
+        tensor_parallel=args.tp,
+        pipeline_parallel=args.pp,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=args.max_model_len,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        dtype=args.dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
+        block_size=args.block_size,
+        kv_cache_memory_bytes=args.kv_cache_memory,
+        enforce_eager=args.enforce_eager,
+        quantization=quantization.from_flag(args.quantization) if args.quantization else None,
+    )
+    if args.concurrency is None:
+        result = plan(arch, _gpu_for(args), deployment)
+        print(json.dumps(result.to_dict(), indent=2) if args.format == "json" else plan_table(result))
+        return EXIT_OK
+    context = _context_tokens(args)
+    gpus = list(gpu_presets()) if args.gpu == "any" and args.gpu_memory is None else [_gpu_for(args)]
+    options = plan_fleet(arch, gpus, replace(deployment, tensor_parallel=1), args.concurrency, context)
+    if args.format == "json":
+        answer = {
+            "model": arch.name,
+            "concurrency": args.concurrency,
+            "context_tokens": context,
+            "fits": bool(options),
+            "options": [{**o.to_dict(), "plan": o.plan.to_dict()} for o in options],
+        }
+        print(json.dumps(answer, indent=2))
+    else:
+        print(fleet_table(options, args.concurrency, context))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="plimsoll",
+        description="Capacity observability for LLM serving: the load line for your inference fleet.",
+    )
+    parser.add_argument("--version", action="version", version=f"plimsoll {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in _SUBCOMMANDS:
+        add(commands)
+    return parser
+
+
+_SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_plan,)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except _INPUT_ERRORS as error:
+        print(f"plimsoll {args.command}: {error}", file=sys.stderr)
+        return EXIT_USAGE

