@@ -50,8 +50,6 @@ def fleet_table(options: list[FleetOption], concurrency: int, context: int) -> s
             f"{option.gpus:>6} {option.requests_per_replica:>17} {option.plan.pool.tokens:>18,}"
         )
     best = options[0]
-    lines += [
-        "",
-        f"best: {best.gpus} x {best.plan.gpu} as {best.replicas} replica(s) of TP {best.plan.deployment.tensor_parallel}",
-    ]
+    tp = best.plan.deployment.tensor_parallel
+    lines += ["", f"best: {best.gpus} x {best.plan.gpu} as {best.replicas} replica(s) of TP {tp}"]
     return "\n".join(lines)
