@@ -68,7 +68,7 @@ def gpu_presets() -> tuple[GpuSpec, ...]:
         GpuSpec(
             name=e["name"],
             memory_bytes=parse_size(e["memory"]),
-            aliases=tuple(e.get("aliases", ())),
+            aliases=tuple(str(alias) for alias in e.get("aliases", ())),
             evidence=e.get("evidence", ""),
         )
         for e in entries

@@ -5,7 +5,9 @@ Only what memory depends on is kept. The reader trusts what real configs carry o
 pattern of sliding-window models, MLA ranks and the quantization block.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from exporter.capacity.quantization import Quantization, QuantizationError, from_config
@@ -73,6 +75,26 @@ class ModelArchitecture:
     @property
     def is_hybrid(self) -> bool:
         return SLIDING in self.layer_types and FULL in self.layer_types
+
+
+# Keys that transformers' config classes default and published config.json files therefore omit
+# (Gemma 3's multimodal checkpoints list only non-default text_config keys).
+_CONFIG_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {
+        "gemma3_text": MappingProxyType(
+            {
+                "num_attention_heads": 8,
+                "num_key_value_heads": 4,
+                "head_dim": 256,
+                "vocab_size": 262208,
+                "max_position_embeddings": 131072,
+                "sliding_window": 4096,
+                "sliding_window_pattern": 6,
+                "tie_word_embeddings": True,
+            }
+        ),
+    }
+)
 
 
 def _require(config: dict[str, Any], key: str, source: str, *alternatives: str) -> Any:
@@ -163,6 +185,7 @@ def from_hf_config(config: dict[str, Any], source: str, name: str | None = None)
     body = {**config, **text} if text else config
     if "model_type" in config and text is not None:
         body["model_type"] = text.get("model_type", config["model_type"])
+    body = {**_CONFIG_DEFAULTS.get(str(body.get("model_type")), {}), **body}
     hidden = int(_require(body, "hidden_size", source, "n_embd", "d_model"))
     layers = int(_require(body, "num_hidden_layers", source, "n_layer", "num_layers"))
     heads = int(_require(body, "num_attention_heads", source, "n_head"))

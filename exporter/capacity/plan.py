@@ -153,6 +153,18 @@ def resolve(deployment: Deployment, arch: ModelArchitecture, gpu: GpuSpec) -> De
 
 
 def plan(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> CapacityPlan:
+    """The per-GPU breakdown; a deployment that does not fit also gets the changes that would make it fit."""
+    result = _evaluate(arch, gpu, deployment)
+    if result.fits:
+        return result
+    return replace(result, suggestions=tuple(_suggestions(arch, gpu, result.deployment, result)))
+
+
+def _fits(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> bool:
+    return _evaluate(arch, gpu, deployment).fits
+
+
+def _evaluate(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> CapacityPlan:
     d = resolve(deployment, arch, gpu)
     assert d.gpu_memory_utilization is not None and d.max_model_len is not None
     assert d.max_num_batched_tokens is not None and d.max_num_seqs is not None and d.block_size is not None
@@ -202,8 +214,8 @@ def plan(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> Capac
         BreakdownLine("KV cache in blocks", pool.pool_bytes, _pool_how(pool)),
     ]
     fits = pool.num_blocks >= pool.blocks_per_request
-    shortfall = 0 if fits else pool.blocks_per_request * pool.block_bytes - max(0, kv_budget)
-    result = CapacityPlan(
+    shortfall = 0 if fits else pool.blocks_per_request * pool.block_bytes - kv_budget
+    return CapacityPlan(
         model=arch.name,
         gpu=gpu.name,
         gpu_memory_bytes=gpu.memory_bytes,
@@ -219,9 +231,6 @@ def plan(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> Capac
         shortfall_bytes=shortfall,
         breakdown=tuple(lines),
     )
-    if fits:
-        return result
-    return replace(result, suggestions=tuple(_suggestions(arch, gpu, d, result)))
 
 
 def _weights_how(arch: ModelArchitecture, weights: WeightBreakdown, d: Deployment) -> str:
@@ -257,17 +266,17 @@ def _suggestions(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, failed: C
         tp for tp in A.TENSOR_PARALLEL_CHOICES if tp > d.tensor_parallel and arch.num_attention_heads % tp == 0
     ]
     for tp in larger_tp:
-        if plan(arch, gpu, replace(d, tensor_parallel=tp)).fits:
+        if _fits(arch, gpu, replace(d, tensor_parallel=tp)):
             out.append(f"--tp {tp} fits")
             break
-    if d.kv_cache_dtype == "auto" and plan(arch, gpu, replace(d, kv_cache_dtype="fp8")).fits:
+    if d.kv_cache_dtype == "auto" and _fits(arch, gpu, replace(d, kv_cache_dtype="fp8")):
         out.append("--kv-cache-dtype fp8 fits")
     if failed.kv_cache_bytes > 0:
         longest = _longest_context(arch, gpu, d)
         if longest:
             out.append(f"--max-model-len {longest} fits")
     raised = replace(d, gpu_memory_utilization=0.95)
-    if d.kv_cache_memory_bytes is None and d.gpu_memory_utilization < 0.95 and plan(arch, gpu, raised).fits:
+    if d.kv_cache_memory_bytes is None and d.gpu_memory_utilization < 0.95 and _fits(arch, gpu, raised):
         out.append("--gpu-memory-utilization 0.95 fits")
     return out
 
@@ -278,7 +287,7 @@ def _longest_context(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment) -> in
     low, high = 0, d.max_model_len // d.block_size
     while low < high:
         mid = (low + high + 1) // 2
-        if plan(arch, gpu, replace(d, max_model_len=mid * d.block_size)).fits:
+        if _fits(arch, gpu, replace(d, max_model_len=mid * d.block_size)):
             low = mid
         else:
             high = mid - 1
@@ -341,7 +350,7 @@ def plan_fleet(
                 raise PlanError(
                     f"requests of {context_tokens} tokens do not fit --max-model-len {candidate.max_model_len}"
                 )
-            result = plan(arch, gpu, candidate)
+            result = _evaluate(arch, gpu, candidate)
             if not result.fits:
                 continue
             per_replica = requests_per_replica(result, context_tokens)

@@ -1,0 +1,83 @@
+"""Parameter counts against the totals the model authors publish, and quantized weight sizes."""
+
+import pytest
+
+from exporter.capacity.quantization import from_config
+from exporter.capacity.weights import count_parameters, weight_breakdown
+from exporter.catalog import load_model
+
+GIB = 1024**3
+
+# Totals from the model cards / safetensors metadata on the Hugging Face hub.
+PUBLISHED = {
+    "llama-3.1-8b": 8.03e9,
+    "llama-3.1-70b": 70.6e9,
+    "llama-3.2-1b": 1.24e9,
+    "mistral-7b": 7.25e9,
+    "mixtral-8x7b": 46.7e9,
+    "qwen2.5-7b": 7.62e9,
+    "qwen2.5-72b": 72.7e9,
+    "qwen3-30b-a3b": 30.5e9,
+    "qwen3-235b-a22b": 235e9,
+    "deepseek-v3": 671e9,
+    "gemma-2-9b": 9.24e9,
+    "gemma-3-27b": 27.4e9,
+    "phi-4": 14.7e9,
+    "gpt-oss-20b": 20.9e9,
+    "gpt-oss-120b": 116.8e9,
+}
+
+
+@pytest.mark.parametrize("preset", sorted(PUBLISHED))
+def test_parameter_count_matches_published_total_within_half_a_percent(preset):
+    counted = count_parameters(load_model(preset))
+    assert counted == pytest.approx(PUBLISHED[preset], rel=0.005)
+
+
+def test_llama_3_1_8b_parameter_count_is_exact():
+    assert count_parameters(load_model("llama-3.1-8b")) == 8_030_261_248
+
+
+def test_tensor_parallel_splits_weights_but_not_replicated_parts():
+    arch = load_model("llama-3.1-70b")
+    one, four = weight_breakdown(arch, tp=1), weight_breakdown(arch, tp=4)
+    assert four.per_gpu_bytes == pytest.approx(one.per_gpu_bytes / 4, rel=0.001)
+    assert four.other_bytes == one.other_bytes  # norms are whole on every rank
+
+
+def test_tied_embeddings_hold_no_separate_lm_head():
+    arch = load_model("llama-3.2-1b")
+    assert arch.tie_word_embeddings
+    assert weight_breakdown(arch).lm_head_bytes == 0
+
+
+def test_pipeline_stage_holds_its_layers_and_one_vocabulary_matrix():
+    arch = load_model("llama-3.1-70b")
+    staged = weight_breakdown(arch, pp=2)
+    whole = weight_breakdown(arch)
+    assert staged.layers_on_gpu == 40
+    assert staged.attention_bytes == whole.attention_bytes // 2
+    assert staged.embedding_bytes == whole.embedding_bytes and staged.lm_head_bytes == 0
+
+
+def test_awq_4bit_costs_scales_and_zeros_on_top_of_half_a_byte():
+    quant = from_config({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"})
+    assert quant.bytes_per_weight == pytest.approx(0.5 + (2 + 0.5) / 128)
+
+
+def test_quantization_keeps_embeddings_and_lm_head_in_16_bits():
+    arch = load_model("llama-3.1-8b")
+    fp8 = weight_breakdown(arch, quantization=from_config({"quant_method": "fp8"}))
+    plain = weight_breakdown(arch)
+    assert fp8.embedding_bytes == plain.embedding_bytes
+    assert fp8.attention_bytes == plain.attention_bytes // 2
+
+
+def test_mxfp4_quantizes_only_the_experts():
+    arch = load_model("gpt-oss-20b")  # 24 layers of 32 experts, hidden = expert width = 2880
+    assert arch.quantization is not None and arch.quantization.method == "mxfp4"
+    weights = weight_breakdown(arch)
+    expert_params = 24 * 32 * (3 * 2880 * 2880 + 2 * 2880 + 2880)  # gate/up/down plus their biases
+    assert weights.expert_bytes == round(expert_params * (0.5 + 1 / 32))
+    attention_params = 24 * (2 * 2880 * 64 * 64 + 2 * 2880 * 8 * 64 + 64 * 64 + 2 * 8 * 64)  # q, o, k, v, biases
+    assert weights.attention_bytes == attention_params * 2  # attention stays 16-bit

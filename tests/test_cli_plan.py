@@ -1,0 +1,146 @@
+"""`plimsoll plan` as scripts and people use it: flags, JSON keys, errors and exit codes."""
+
+import json
+
+import pytest
+
+from exporter.cli import main
+
+REQUIRED_KEYS = {
+    "kv_cache_tokens",
+    "kv_bytes_per_token",
+    "weights_bytes",
+    "activation_bytes",
+    "overhead_bytes",
+    "kv_cache_bytes",
+    "max_concurrency",
+    "fits",
+    "breakdown",
+}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_output_carries_the_contract_keys(capsys):
+    code, out, _ = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--format", "json")
+    answer = json.loads(out)
+    assert code == 0
+    assert REQUIRED_KEYS <= answer.keys()
+    assert answer["kv_bytes_per_token"] == 131072
+    assert answer["fits"] is True
+
+
+def test_every_documented_flag_is_accepted(capsys):
+    code, out, _ = run(
+        capsys,
+        "plan",
+        "--model", "qwen3-32b",
+        "--gpu-memory", "79.15GiB",
+        "--tp", "2",
+        "--pp", "1",
+        "--gpu-memory-utilization", "0.9",
+        "--max-model-len", "32768",
+        "--max-num-batched-tokens", "4096",
+        "--max-num-seqs", "128",
+        "--dtype", "auto",
+        "--kv-cache-dtype", "fp8",
+        "--block-size", "32",
+        "--engine", "vllm",
+        "--format", "json",
+    )  # fmt: skip
+    answer = json.loads(out)
+    assert code == 0
+    assert answer["block_size"] == 32 and answer["max_num_seqs"] == 128
+    assert answer["gpu_memory_bytes"] == round(79.15 * 1024**3)
+
+
+@pytest.mark.parametrize("size", ["2097152", "2MiB", "0.002097152GB"])
+def test_sizes_accept_binary_decimal_and_plain_bytes(capsys, size):
+    _, out, _ = run(capsys, "plan", "--model", "llama-3.1-8b", "--kv-cache-memory", size, "--format", "json")
+    assert json.loads(out)["kv_cache_tokens"] == 2097152 // 131072
+
+
+def test_table_shows_a_breakdown_a_person_can_check(capsys):
+    code, out, _ = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "A100-80GB")
+    assert code == 0
+    for item in ("budget", "- weights", "- activation peak", "= KV cache budget", "KV bytes per token"):
+        assert item in out
+    assert "2 x 8 KV heads x 128 head_dim x 2 B x 32 layers" in out
+
+
+def test_not_fitting_is_an_answer_not_a_crash(capsys):
+    code, out, _ = run(capsys, "plan", "--model", "llama-3.1-70b", "--gpu", "L4", "--format", "json")
+    answer = json.loads(out)
+    assert code == 0
+    assert answer["fits"] is False
+    assert answer["shortfall_bytes"] > 0
+    assert answer["suggestions"][0].startswith("short by")
+
+
+def test_unknown_preset_names_the_closest_ones(capsys):
+    code, _, err = run(capsys, "plan", "--model", "lama-3.1-8b")
+    assert code == 2
+    assert "unknown model 'lama-3.1-8b'" in err
+    assert "llama-3.1-8b" in err
+
+
+def test_unknown_gpu_says_how_to_give_memory_instead(capsys):
+    code, _, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "H1000")
+    assert code == 2
+    assert "--gpu-memory" in err
+
+
+def test_config_missing_a_key_names_the_key_and_the_file(capsys, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 32000}))
+    code, _, err = run(capsys, "plan", "--model", str(config))
+    assert code == 2
+    assert str(config) in err
+    assert "num_hidden_layers" in err
+
+
+def test_config_directory_is_read(capsys):
+    from tests.conftest import TESTS
+
+    code, out, _ = run(capsys, "plan", "--model", str(TESTS / "data" / "tiny-llama"), "--format", "json")
+    assert code == 0
+    assert json.loads(out)["kv_bytes_per_token"] == 512
+
+
+def test_utilization_given_as_percent_gets_a_hint(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--model", "llama-3.1-8b", "--gpu-memory-utilization", "90"])
+    assert exit_info.value.code == 2
+    assert "did you mean 0.9" in capsys.readouterr().err
+
+
+def test_inverse_planning_answers_gpus_and_replicas(capsys):
+    code, out, _ = run(
+        capsys, "plan", "--model", "llama-3.1-70b", "--gpu", "H100", "--concurrency", "64",
+        "--prompt-tokens", "6000", "--output-tokens", "2000", "--format", "json",
+    )  # fmt: skip
+    answer = json.loads(out)
+    assert code == 0
+    assert answer["context_tokens"] == 8000
+    best = answer["options"][0]
+    assert best["gpus"] == best["tensor_parallel"] * best["replicas"]
+    assert best["requests_per_replica"] * best["replicas"] >= 64
+
+
+def test_inverse_planning_over_any_gpu_ranks_presets(capsys):
+    code, out, _ = run(
+        capsys, "plan", "--model", "qwen3-8b", "--gpu", "any", "--concurrency", "32", "--context", "8192"
+    )
+    assert code == 0
+    assert "best:" in out
+    assert out.count("\n  ") > 3
+
+
+def test_inverse_planning_needs_request_size(capsys):
+    code, _, err = run(capsys, "plan", "--model", "qwen3-8b", "--concurrency", "32")
+    assert code == 2
+    assert "--context" in err

@@ -1,0 +1,45 @@
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from exporter.units import parse_duration, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("80GiB", 80 * 1024**3),
+        ("80GB", 80 * 1000**3),
+        ("81920MiB", 81920 * 1024**2),
+        ("2097152", 2097152),
+        ("1.5GiB", 3 * 1024**3 // 2),
+        (" 4 gib ", 4 * 1024**3),
+    ],
+)
+def test_sizes(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "80 parsecs", "-1GiB", "1e999GiB", "nan"])
+def test_bad_sizes_say_what_is_expected(text):
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("500ms", 0.5), ("5s", 5.0), ("15m", 900.0), ("1h30m", 5400.0), ("30", 30.0), ("1d", 86400.0)],
+)
+def test_durations(text, expected):
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "5 minutes", "m5", "1h 30m", "-5s"])
+def test_bad_durations(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@given(st.integers(0, 2**50))
+def test_plain_bytes_round_trip(n):
+    assert parse_size(str(n)) == n
