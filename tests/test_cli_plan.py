@@ -29,7 +29,7 @@ def test_json_output_carries_the_contract_keys(capsys):
     code, out, _ = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--format", "json")
     answer = json.loads(out)
     assert code == 0
-    assert REQUIRED_KEYS <= answer.keys()
+    assert answer.keys() >= REQUIRED_KEYS
     assert answer["kv_bytes_per_token"] == 131072
     assert answer["fits"] is True
 
