@@ -5,21 +5,26 @@ file or field, and what to do).
 """
 
 import argparse
+import asyncio
 import json
+import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from exporter import __version__
 from exporter.capacity import quantization
-from exporter.capacity.architecture import ConfigError
+from exporter.capacity.architecture import ConfigError as ModelConfigError
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import KvDtypeError
 from exporter.capacity.plan import Deployment, PlanError, plan, plan_fleet
 from exporter.capacity.weights import DtypeError
 from exporter.catalog import CatalogError, find_gpu, gpu_presets, load_model, model_presets
+from exporter.config import DEFAULT_LISTEN, Config, ConfigError, Target, load_config
 from exporter.plan_output import fleet_table, plan_table
-from exporter.units import parse_size
+from exporter.units import parse_duration, parse_size
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -27,6 +32,7 @@ EXIT_USAGE = 2
 _INPUT_ERRORS = (
     CatalogError,
     ConfigError,
+    ModelConfigError,
     PlanError,
     DtypeError,
     KvDtypeError,
@@ -54,11 +60,75 @@ def _ratio(text: str) -> float:
     return value
 
 
+def _version(text: str) -> tuple[int, int]:
+    parts = text.lstrip("v").split(".")
+    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a version like 0.10 or 0.10.1")
+    return int(parts[0]), int(parts[1])
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be at least 1")
     return value
+
+
+def _env_twin(parser: argparse.ArgumentParser, flag: str, env: str, **kwargs: Any) -> None:
+    """An option whose default comes from an environment variable, named in --help (query-exporter's way)."""
+    if env in os.environ:
+        kwargs["default"] = os.environ[env]
+    kwargs["help"] = f"{kwargs.get('help', '')} [env {env}]"
+    parser.add_argument(flag, **kwargs)
+
+
+def _add_run(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "run",
+        help="the daemon: poll NVML and engines, serve headroom on /metrics",
+        formatter_class=_Formatter,
+        description="Without --config or --target, scans this host's usual engine ports (8000, 30000, 8002, 8080, "
+        "23333). SIGHUP reloads the config (a bad one is rejected and the running one kept); SIGTERM drains and exits.",
+    )
+    _env_twin(p, "--config", "PLIMSOLL_CONFIG", help="YAML config file")
+    _env_twin(
+        p, "--listen", "PLIMSOLL_LISTEN", help=f"host:port to serve on (config: listen; default {DEFAULT_LISTEN})"
+    )
+    _env_twin(
+        p, "--poll-interval", "PLIMSOLL_POLL_INTERVAL", help="seconds or a duration like 5s (config: poll_interval)"
+    )
+    _env_twin(
+        p,
+        "--target",
+        "PLIMSOLL_TARGETS",
+        action="append",
+        help="engine /metrics URL, repeatable (env: comma-separated); added to the config's targets",
+    )
+    _env_twin(p, "--nvml", "PLIMSOLL_NVML", choices=["on", "off"], help="read GPUs through NVML (config: nvml)")
+    _env_twin(p, "--log-level", "PLIMSOLL_LOG_LEVEL", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--check-only", action="store_true", help="validate the config and exit")
+    p.set_defaults(handler=_run)
+
+
+def _add_check_config(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("check-config", help="validate a config file without starting", formatter_class=_Formatter)
+    p.add_argument("config", help="YAML config file")
+    p.set_defaults(handler=_check_config)
+
+
+def _add_probe(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "probe",
+        help="what Plimsoll sees at one engine endpoint or saved page",
+        formatter_class=_Formatter,
+        description="Fetches URL (or reads FILE, or - for stdin), detects the engine and prints the normalised "
+        "reading. Exit 1 when nothing could be read (down, not a metrics page, unknown engine).",
+    )
+    p.add_argument("source", metavar="URL|FILE")
+    p.add_argument("--engine", default="auto", help="force an engine vocabulary instead of detecting it")
+    p.add_argument("--timeout", type=parse_duration, default=5.0, help="seconds to wait for the page")
+    p.add_argument("--format", default="table", choices=["table", "json"])
+    p.set_defaults(handler=_probe)
 
 
 def _add_plan(commands: argparse._SubParsersAction) -> None:
@@ -91,6 +161,11 @@ def _add_plan(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-cache-memory", type=_size, help="KV pool size per GPU, as vLLM's flag: skips profiling")
     p.add_argument("--quantization", help="online quantization of a 16-bit checkpoint: fp8 or bitsandbytes")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    p.add_argument(
+        "--vllm-version",
+        type=_version,
+        help="model an older vLLM (e.g. 0.10): defaults, CUDA-graph budgeting and token counting changed",
+    )
     p.add_argument("--concurrency", type=_positive, help="inverse planning: requests in flight to hold")
     p.add_argument("--prompt-tokens", type=_positive, help="with --concurrency: prompt tokens per request")
     p.add_argument("--output-tokens", type=_positive, help="with --concurrency: output tokens per request")
@@ -139,6 +214,7 @@ def _plan(args: argparse.Namespace) -> int:
         kv_cache_memory_bytes=args.kv_cache_memory,
         enforce_eager=args.enforce_eager,
         quantization=quantization.from_flag(args.quantization) if args.quantization else None,
+        vllm_version=args.vllm_version,
     )
     if args.concurrency is None:
         result = plan(arch, _gpu_for(args), deployment)
@@ -161,6 +237,63 @@ def _plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_config(args: argparse.Namespace) -> Config:
+    config = load_config(args.config) if args.config else Config(scan_local_ports=True)
+    changes: dict[str, Any] = {}
+    if args.listen:
+        changes["listen"] = args.listen if ":" in args.listen else f"0.0.0.0:{args.listen}"
+    if args.poll_interval:
+        changes["poll_interval_seconds"] = parse_duration(args.poll_interval)
+    if args.nvml:
+        changes["nvml"] = args.nvml == "on"
+    urls = [u.strip() for entry in args.target or [] for u in entry.split(",") if u.strip()]
+    if urls:
+        extra = tuple(Target(name=url.split("//", 1)[-1].split("/", 1)[0], url=url, source="flag") for url in urls)
+        changes["targets"] = config.targets + extra
+        changes["scan_local_ports"] = False
+    return replace(config, **changes)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from exporter.server import serve  # aiohttp's app only loads for the daemon
+
+    config = _run_config(args)
+    if args.check_only:
+        print(f"{config.source}: ok, {len(config.targets)} static targets")
+        return EXIT_OK
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(config, args.config)
+    return EXIT_OK
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    problems = []
+    for target in config.targets:
+        if target.model:
+            try:
+                load_model(target.model)
+            except (CatalogError, ModelConfigError) as error:
+                problems.append(f"{config.source}: targets[{target.name}].model: {error}")
+        if target.gpu_type:
+            try:
+                find_gpu(target.gpu_type)
+            except CatalogError as error:
+                problems.append(f"{config.source}: targets[{target.name}].gpu_type: {error}")
+    if problems:
+        raise ConfigError(problems)
+    print(f"{config.source}: ok, {len(config.targets)} static targets, {len(config.slos)} SLOs")
+    return EXIT_OK
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from exporter.probe import probe, probe_table  # aiohttp and the engine adapters load only when needed
+
+    result = asyncio.run(probe(args.source, args.engine, args.timeout))
+    print(json.dumps(result, indent=2) if args.format == "json" else probe_table(result))
+    return EXIT_OK if result["readings"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="plimsoll",
@@ -173,7 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_plan,)
+_SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    _add_run,
+    _add_probe,
+    _add_check_config,
+    _add_plan,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

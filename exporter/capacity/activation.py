@@ -40,5 +40,5 @@ def non_torch_bytes(tp: int, pp: int) -> int:
     return A.NON_TORCH_BYTES_SINGLE_GPU if tp * pp == 1 else A.NON_TORCH_BYTES_MULTI_GPU
 
 
-def cuda_graph_bytes(enforce_eager: bool) -> int:
-    return 0 if enforce_eager else A.CUDA_GRAPH_BYTES
+def cuda_graph_bytes(in_budget: bool) -> int:
+    return A.CUDA_GRAPH_BYTES if in_budget else 0

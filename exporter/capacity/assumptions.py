@@ -8,7 +8,11 @@ either is an engine default (quoted from the engine's source) or is fitted to re
 from exporter.units import GIB
 
 # vLLM defaults (vllm/config/cache.py, vllm/engine/arg_utils.py: EngineArgs.get_batch_defaults).
-VLLM_GPU_MEMORY_UTILIZATION = 0.92  # 0.9 before 2026; pass --gpu-memory-utilization to model older versions
+VLLM_GPU_MEMORY_UTILIZATION = 0.92
+# Logs show 0.9 up to v0.19 and 0.92 by v0.29; the release that changed it was not found, so versions
+# before v0.21 (where CUDA graphs entered the budget) get 0.9.
+VLLM_GPU_MEMORY_UTILIZATION_OLD = 0.90
+VLLM_CUDA_GRAPHS_IN_BUDGET_SINCE = (0, 21)
 VLLM_BLOCK_SIZE = 16
 VLLM_MLA_BLOCK_SIZE = 64  # FlashMLA's page size, which vLLM picks for MLA models on CUDA
 VLLM_LARGE_GPU_BYTES = 70 * GIB  # at or above (and not an A100): the larger batch defaults
@@ -25,14 +29,31 @@ SGLANG_PAGE_SIZE = 1
 # Activation peak of vLLM's profiling run (one forward of max_num_batched_tokens, then a sampler run over
 # max_num_seqs rows of logits). Fitted to logs that print "PyTorch activation peak memory".
 ACTIVATION_HIDDEN_COPIES = 3  # residual, normed input and layer output live together
-LOGITS_FP32_COPIES = 2  # float32 logits and the sampler's probabilities
+# The sampler's dummy run peaks at 3.7-3.8 float32 copies of the logits in every v0.19 H100 log with known
+# batch flags (Llama-3.1-8B, Gemma 2 2B/27B, Qwen2.5-7B, gpt-oss-20b): logits, probabilities, sort buffers.
+LOGITS_FP32_COPIES = 3.75
 
 # Memory outside PyTorch's allocator that grows during profiling (cuBLAS workspaces; NCCL buffers once TP > 1).
-NON_TORCH_BYTES_SINGLE_GPU = round(0.15 * GIB)
-NON_TORCH_BYTES_MULTI_GPU = round(0.6 * GIB)
+# vLLM v0.19 logs: 0.24-0.26 GiB on one H100, about 2.1 GiB per GPU at TP 2 and 4 (NCCL, custom all-reduce).
+NON_TORCH_BYTES_SINGLE_GPU = round(0.25 * GIB)
+NON_TORCH_BYTES_MULTI_GPU = round(2.1 * GIB)
 
 # CUDA graphs: vLLM >= 0.21 estimates their pool and subtracts it from the KV budget unless --enforce-eager.
-CUDA_GRAPH_BYTES = round(0.5 * GIB)
+# 0.85 GiB is the median of the estimates v0.19 printed for 15 models on H100 (0.52 to 1.82 GiB).
+CUDA_GRAPH_BYTES = round(0.85 * GIB)
+
+# Hybrid (sliding + full) models: v0.10 logs count tokens as blocks per group x block size, v0.19 logs as
+# concurrency x max_model_len; the change lies between them and is placed at v0.12 (not pinned to a release).
+VLLM_HYBRID_TOKENS_AS_CONCURRENCY_SINCE = (0, 12)
+
+# V0 engines (before v0.8) profiled one batch of max(max_model_len, 2048) tokens unless chunked prefill was on,
+# which V0 enabled by default only above 32K context.
+VLLM_V1_SINCE = (0, 8)
+VLLM_V0_CHUNKED_PREFILL_ABOVE = 32768
+
+# MXFP4 experts (gpt-oss) are stored with the hidden dimension padded to a multiple of 256 for vLLM's MoE
+# kernels (2880 -> 3072); fitted to gpt-oss-20b/120b load logs on H100 (within 2%).
+MXFP4_HIDDEN_ALIGNMENT = 256
 
 # SGLang reserves the CUDA context and its own workspaces before it sizes the KV pool.
 SGLANG_CONTEXT_BYTES = round(1.0 * GIB)

@@ -128,14 +128,26 @@ def blocks_per_request(layout: KvLayout, context: int, block_size: int, max_num_
     return math.ceil(layout.full_layers / group) * full + math.ceil(layout.sliding_layers / group) * window
 
 
+def kv_group_count(layout: KvLayout) -> int:
+    """KV-cache groups vLLM forms: one for a uniform model, one per group of layers for a hybrid one."""
+    if not layout.is_hybrid:
+        return 1
+    group = _blocks_per_layer_group(layout)
+    return math.ceil(layout.full_layers / group) + math.ceil(layout.sliding_layers / group)
+
+
 def kv_pool(
     layout: KvLayout,
     pool_bytes: int,
     block_size: int,
     max_model_len: int,
     max_num_batched_tokens: int,
+    legacy_token_count: bool = False,
 ) -> KvPool:
-    """Blocks, tokens and concurrency that `pool_bytes` of KV memory on one GPU give."""
+    """Blocks, tokens and concurrency that `pool_bytes` of KV memory on one GPU give.
+
+    `legacy_token_count`: vLLM before v0.12 reported a hybrid model's tokens as blocks per group x block size
+    instead of concurrency x max_model_len; the daemon compares with whichever the engine prints."""
     if layout.layers == 0:
         raise ValueError("a KV layout with no layers holds no tokens")
     block_bytes = block_size * layout.bytes_per_token_per_layer * _blocks_per_layer_group(layout)
@@ -143,10 +155,14 @@ def kv_pool(
     per_request = blocks_per_request(layout, max_model_len, block_size, max_num_batched_tokens)
     concurrency = num_blocks / per_request
     windowed = layout.sliding_layers > 0 and layout.sliding_window is not None
+    if legacy_token_count or not windowed:
+        tokens = num_blocks // kv_group_count(layout) * block_size
+    else:
+        tokens = int(concurrency * max_model_len)
     return KvPool(
         num_blocks=num_blocks,
         block_size=block_size,
-        tokens=int(concurrency * max_model_len) if windowed else num_blocks * block_size,
+        tokens=tokens,
         max_concurrency=concurrency,
         blocks_per_request=per_request,
         block_bytes=block_bytes,

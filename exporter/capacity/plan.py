@@ -42,6 +42,14 @@ class Deployment:
     kv_cache_memory_bytes: int | None = None
     enforce_eager: bool = False
     quantization: Quantization | None = None
+    vllm_version: tuple[int, int] | None = None  # None: current vLLM
+
+    @property
+    def cuda_graphs_in_budget(self) -> bool:
+        """vLLM subtracts its CUDA-graph estimate from the KV budget since v0.21, unless graphs are off."""
+        if self.enforce_eager or self.engine != "vllm":
+            return False
+        return self.vllm_version is None or self.vllm_version >= A.VLLM_CUDA_GRAPHS_IN_BUDGET_SINCE
 
 
 @dataclass(frozen=True)
@@ -128,13 +136,19 @@ def resolve(deployment: Deployment, arch: ModelArchitecture, gpu: GpuSpec) -> De
     if d.pipeline_parallel > arch.num_layers:
         raise PlanError(f"--pp {d.pipeline_parallel} exceeds the model's {arch.num_layers} layers")
     utilization = d.gpu_memory_utilization
-    if utilization is None:
-        utilization = A.SGLANG_MEM_FRACTION_STATIC if d.engine == "sglang" else A.VLLM_GPU_MEMORY_UTILIZATION
+    if utilization is None and d.engine == "sglang":
+        utilization = A.SGLANG_MEM_FRACTION_STATIC
+    elif utilization is None:
+        old = d.vllm_version is not None and d.vllm_version < A.VLLM_CUDA_GRAPHS_IN_BUDGET_SINCE
+        utilization = A.VLLM_GPU_MEMORY_UTILIZATION_OLD if old else A.VLLM_GPU_MEMORY_UTILIZATION
     if not 0 < utilization <= 1:
         raise PlanError(f"--gpu-memory-utilization {utilization} is not a ratio in (0, 1]")
     large = gpu.memory_bytes >= A.VLLM_LARGE_GPU_BYTES and not gpu.is_a100
     max_model_len = d.max_model_len or arch.max_position_embeddings
     batched = d.max_num_batched_tokens or (A.VLLM_BATCHED_TOKENS_LARGE_GPU if large else A.VLLM_BATCHED_TOKENS)
+    v0 = d.vllm_version is not None and d.vllm_version < A.VLLM_V1_SINCE
+    if v0 and d.max_num_batched_tokens is None and max_model_len <= A.VLLM_V0_CHUNKED_PREFILL_ABOVE:
+        batched = max(max_model_len, A.VLLM_BATCHED_TOKENS)
     if d.block_size is not None:
         block = d.block_size
     elif d.engine == "sglang":
@@ -184,7 +198,7 @@ def _evaluate(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> 
     else:
         activation = activation_peak_bytes(arch, tp, d.max_num_batched_tokens, d.max_num_seqs, dtype_bytes)
         non_torch = non_torch_bytes(tp, pp)
-        graphs = cuda_graph_bytes(d.enforce_eager)
+        graphs = cuda_graph_bytes(d.cuda_graphs_in_budget)
         if d.engine == "sglang":
             activation, graphs = 0, 0
             non_torch = A.SGLANG_CONTEXT_BYTES
@@ -208,7 +222,8 @@ def _evaluate(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> 
             ),
             BreakdownLine("= KV cache budget", kv_budget, "what is left, per GPU"),
         ]
-    pool = kv_pool(layout, kv_budget, d.block_size, d.max_model_len, d.max_num_batched_tokens)
+    legacy = d.vllm_version is not None and d.vllm_version < A.VLLM_HYBRID_TOKENS_AS_CONCURRENCY_SINCE
+    pool = kv_pool(layout, kv_budget, d.block_size, d.max_model_len, d.max_num_batched_tokens, legacy)
     lines += [
         BreakdownLine("KV bytes per token", layout.bytes_per_token, _kv_how(arch, layout, tp, d)),
         BreakdownLine("KV cache in blocks", pool.pool_bytes, _pool_how(pool)),

@@ -10,6 +10,7 @@ LM head, whichever is larger.
 import math
 from dataclasses import dataclass
 
+from exporter.capacity import assumptions as A
 from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.quantization import SCOPE_EXPERTS, Quantization
 
@@ -96,13 +97,20 @@ def _mlp_params(hidden: int, intermediate: int) -> int:
     return 3 * hidden * intermediate  # gate, up and down projections
 
 
-def layer_params(arch: ModelArchitecture, layer: int, tp: int) -> LayerParams:
+def _expert_hidden(arch: ModelArchitecture, quantization: Quantization | None) -> int:
+    if quantization is not None and quantization.method == "mxfp4":
+        return math.ceil(arch.hidden_size / A.MXFP4_HIDDEN_ALIGNMENT) * A.MXFP4_HIDDEN_ALIGNMENT
+    return arch.hidden_size
+
+
+def layer_params(arch: ModelArchitecture, layer: int, tp: int, quantization: Quantization | None = None) -> LayerParams:
+    """Parameters of one layer on one GPU; `quantization` only matters where it changes the stored layout."""
     attention, replicated = _attention_params(arch, tp)
     replicated += 2 * arch.hidden_size  # input and post-attention norms
     moe = arch.moe
     if moe is None or layer in moe.dense_layers:
         return LayerParams(attention, _mlp_params(arch.hidden_size, arch.intermediate_size) / tp, 0, replicated)
-    per_expert = _mlp_params(arch.hidden_size, moe.expert_intermediate_size)
+    per_expert = _mlp_params(_expert_hidden(arch, quantization), moe.expert_intermediate_size)
     if moe.expert_bias:
         per_expert += 2 * moe.expert_intermediate_size + arch.hidden_size
     router = arch.hidden_size * moe.num_experts + (moe.num_experts if moe.expert_bias else 0)
@@ -146,7 +154,7 @@ def weight_breakdown(
     experts = plain if quant is None else quant.bytes_per_weight
     layers_on_gpu = math.ceil(arch.num_layers / pp)
     # The fullest stage: the first layers (DeepSeek's dense ones are cheaper, so take the mean per layer).
-    per_layer = [layer_params(arch, i, tp) for i in range(arch.num_layers)]
+    per_layer = [layer_params(arch, i, tp, quant) for i in range(arch.num_layers)]
     share = layers_on_gpu / arch.num_layers
     vocab_slice = _padded_vocab(arch) * arch.hidden_size / tp
     embedding = vocab_slice * plain

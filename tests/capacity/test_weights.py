@@ -77,7 +77,8 @@ def test_mxfp4_quantizes_only_the_experts():
     arch = load_model("gpt-oss-20b")  # 24 layers of 32 experts, hidden = expert width = 2880
     assert arch.quantization is not None and arch.quantization.method == "mxfp4"
     weights = weight_breakdown(arch)
-    expert_params = 24 * 32 * (3 * 2880 * 2880 + 2 * 2880 + 2880)  # gate/up/down plus their biases
+    # gate/up/down with the hidden side padded to 3072 for vLLM's MXFP4 kernels, plus their biases
+    expert_params = 24 * 32 * (3 * 3072 * 2880 + 2 * 2880 + 2880)
     assert weights.expert_bytes == round(expert_params * (0.5 + 1 / 32))
     attention_params = 24 * (2 * 2880 * 64 * 64 + 2 * 2880 * 8 * 64 + 64 * 64 + 2 * 8 * 64)  # q, o, k, v, biases
     assert weights.attention_bytes == attention_params * 2  # attention stays 16-bit

@@ -1,0 +1,43 @@
+"""The capacity model against real vLLM startup logs (bench/data): a regression guard on its accuracy.
+
+The thresholds are the README's reported figures with a little slack: a change that makes the model worse
+against reality fails here, whatever the unit tests say.
+"""
+
+import importlib.util
+
+from tests.conftest import TESTS
+
+spec = importlib.util.spec_from_file_location("model_accuracy", TESTS.parent / "bench" / "model_accuracy.py")
+assert spec is not None and spec.loader is not None
+model_accuracy = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(model_accuracy)
+
+
+def _rows():
+    import yaml
+
+    entries = yaml.safe_load(model_accuracy.DATA.read_text())
+    scores = [model_accuracy.score(e) for e in entries]
+    return {label: (count, median, worst) for label, count, median, worst, _ in model_accuracy.summary(scores)}
+
+
+def test_kv_block_math_reproduces_every_logged_allocation_within_half_a_percent():
+    count, _, worst = _rows()["KV tokens from logged KV memory"]
+    assert count >= 20
+    assert worst <= 0.005
+
+
+def test_end_to_end_prediction_beats_the_back_of_envelope_baseline():
+    rows = _rows()
+    _, model_median, model_worst = rows["KV tokens end to end (model)"]
+    _, baseline_median, _ = rows["KV tokens end to end (baseline)"]
+    assert model_median <= 0.02
+    assert model_worst <= 0.12
+    assert model_median < baseline_median / 5
+
+
+def test_weights_are_within_two_percent_for_most_logs():
+    count, median, _ = _rows()["weights per GPU"]
+    assert count >= 25
+    assert median <= 0.01
