@@ -321,3 +321,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _INPUT_ERRORS as error:
         print(f"plimsoll {args.command}: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `plimsoll plan ... | head` closed the pipe: not an error worth a traceback
+        sys.stderr.close()
+        return EXIT_OK
