@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from exporter.capacity.architecture import ConfigError, ModelArchitecture, from_hf_config
+from exporter.capacity.architecture import ModelArchitecture, ModelConfigError, from_hf_config
 from exporter.capacity.gpus import GpuSpec
 from exporter.units import parse_size
 
@@ -124,4 +124,4 @@ def find_gpu(name: str) -> GpuSpec:
     )
 
 
-__all__ = ["CatalogError", "ConfigError", "find_gpu", "find_model_preset", "gpu_presets", "load_model"]
+__all__ = ["CatalogError", "ModelConfigError", "find_gpu", "find_model_preset", "gpu_presets", "load_model"]

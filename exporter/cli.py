@@ -16,7 +16,7 @@ from typing import Any
 
 from exporter import __version__
 from exporter.capacity import quantization
-from exporter.capacity.architecture import ConfigError as ModelConfigError
+from exporter.capacity.architecture import ModelConfigError
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import KvDtypeError
 from exporter.capacity.plan import Deployment, PlanError, plan, plan_fleet

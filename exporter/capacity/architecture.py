@@ -16,7 +16,7 @@ FULL = "full_attention"
 SLIDING = "sliding_attention"
 
 
-class ConfigError(ValueError):
+class ModelConfigError(ValueError):
     """A config.json that lacks or garbles what the model needs; the message names the key and the file."""
 
 
@@ -102,14 +102,14 @@ def _require(config: dict[str, Any], key: str, source: str, *alternatives: str) 
         if config.get(name) is not None:
             return config[name]
     names = " or ".join(repr(n) for n in (key, *alternatives))
-    raise ConfigError(f"{source}: missing key {names}, which the capacity model needs")
+    raise ModelConfigError(f"{source}: missing key {names}, which the capacity model needs")
 
 
 def _layer_types(config: dict[str, Any], num_layers: int, window: int | None, source: str) -> tuple[str, ...]:
     declared = config.get("layer_types")
     if declared:
         if len(declared) != num_layers:
-            raise ConfigError(
+            raise ModelConfigError(
                 f"{source}: layer_types has {len(declared)} entries but num_hidden_layers is {num_layers}"
             )
         return tuple(SLIDING if kind == SLIDING else FULL for kind in declared)
@@ -206,7 +206,7 @@ def from_hf_config(config: dict[str, Any], source: str, name: str | None = None)
     try:
         quantization = from_config(quant_config) if quant_config else None
     except QuantizationError as error:
-        raise ConfigError(f"{source}: {error}") from None
+        raise ModelConfigError(f"{source}: {error}") from None
     dtype = str(body.get("torch_dtype") or body.get("dtype") or config.get("torch_dtype") or "bfloat16")
     return ModelArchitecture(
         name=name or str(config.get("_name_or_path") or source),

@@ -1,0 +1,332 @@
+"""The poll loop: read NVML and every target concurrently, derive headroom, publish one immutable snapshot.
+
+One slow or broken target never delays the others: each has its own timeout and response-size cap, and every
+failure becomes a reason on that target (down, counted), never an exception out of the loop. The daemon owns
+time and I/O; everything it derives comes from the pure modules.
+"""
+
+import asyncio
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+import aiohttp
+
+from exporter import __version__
+from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.gpus import GpuSpec
+from exporter.capacity.plan import CapacityPlan
+from exporter.catalog import CatalogError, ModelConfigError, find_gpu, load_model
+from exporter.config import Config, ConfigError, Target, load_config, parse_target_file, scan_targets
+from exporter.headroom import capacity_error_ratio, headroom
+from exporter.slo import SloCounter, advance
+from exporter.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetState
+from exporter.sources.engines import read_page
+from exporter.sources.engines.base import EngineReading, Histogram
+from exporter.sources.nvml import GpuReading, NvmlReader, NvmlSnapshot
+from exporter.target_model import model_plan
+from exporter.trend import History, Point, eta_seconds
+
+log = logging.getLogger("plimsoll.daemon")
+
+HISTORY_SECONDS = 600.0
+HISTORY_POINTS = 240
+USER_AGENT = f"plimsoll/{__version__}"
+
+
+@dataclass(frozen=True)
+class Fetched:
+    text: str | None
+    failure: str | None
+    seconds: float
+
+
+async def fetch(session: aiohttp.ClientSession, url: str, timeout: float, max_bytes: int) -> Fetched:
+    """GET a metrics page with a deadline and a size cap; failures come back as a reason, never raised."""
+    started = time.monotonic()
+
+    def done(text: str | None, failure: str | None) -> Fetched:
+        return Fetched(text, failure, time.monotonic() - started)
+
+    try:
+        async with asyncio.timeout(timeout), session.get(url, headers={"User-Agent": USER_AGENT}) as response:
+            if response.status != 200:
+                return done(None, "http_status")
+            if "html" in response.headers.get("Content-Type", ""):
+                return done(None, "not_metrics")
+            body = bytearray()
+            async for chunk in response.content.iter_chunked(65536):
+                body += chunk
+                if len(body) > max_bytes:
+                    return done(None, "too_large")
+            return done(body.decode("utf-8", errors="replace"), None)
+    except TimeoutError:
+        return done(None, "timeout")
+    except aiohttp.ClientConnectorError:
+        return done(None, "refused")
+    except (aiohttp.ClientError, OSError, ValueError):
+        return done(None, "error")
+
+
+@dataclass(frozen=True)
+class TargetMemory:
+    """What the daemon remembers about a target between polls."""
+
+    failures_total: Mapping[str, int] = field(default_factory=dict)
+    last_success: float | None = None
+    histories: Mapping[str, History] = field(default_factory=dict)
+    slo_counters: Mapping[tuple[str, str], SloCounter] = field(default_factory=dict)
+
+
+def _histogram_for(reading: EngineReading, slo_name: str) -> Histogram | None:
+    return {"ttft": reading.ttft_seconds, "itl": reading.itl_seconds, "e2e": reading.e2e_seconds}.get(slo_name)
+
+
+def _gpus_of(target: Target, targets: tuple[Target, ...], nvml: NvmlSnapshot | None) -> tuple[GpuReading, ...]:
+    if nvml is None or not nvml.up:
+        return ()
+    if target.gpus is None:
+        return nvml.gpus if len(targets) == 1 else ()
+    wanted = set(target.gpus)
+    return tuple(g for g in nvml.gpus if g.index in wanted or g.uuid in wanted)
+
+
+class Daemon:
+    """Owns the config, the per-target memory and the current snapshot. `poll_once` is the whole cycle."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        nvml: NvmlReader | None = None,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ):
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._nvml = nvml
+        self._memory: dict[str, TargetMemory] = {}
+        self._models: dict[str, ModelArchitecture | None] = {}
+        self._gpu_types: dict[str, GpuSpec | None] = {}
+        self._file_targets: tuple[Target, ...] = ()
+        self.snapshot: Snapshot = EMPTY
+        self.config = config
+        self._resolve_models(config)
+
+    def _resolve_models(self, config: Config) -> None:
+        """Load each target's model once; a bad model name disables its model metrics, not the target."""
+        for target in config.targets:
+            if target.model and target.name not in self._models:
+                try:
+                    self._models[target.name] = load_model(target.model)
+                except (CatalogError, ModelConfigError) as error:
+                    log.warning("target %s: no capacity model: %s", target.name, error)
+                    self._models[target.name] = None
+            if target.gpu_type and target.name not in self._gpu_types:
+                try:
+                    self._gpu_types[target.name] = find_gpu(target.gpu_type)
+                except CatalogError as error:
+                    log.warning("target %s: %s", target.name, error)
+                    self._gpu_types[target.name] = None
+
+    def reload(self, path: str) -> bool:
+        """Swap in a new config; a bad one is rejected (logged) and the running one stays."""
+        try:
+            new = load_config(path)
+        except ConfigError as error:
+            log.error("config reload rejected, keeping the running config:\n%s", error)
+            return False
+        self._models.clear()
+        self._gpu_types.clear()
+        self.config = new
+        self._resolve_models(new)
+        log.info("config reloaded from %s: %d static targets", path, len(new.targets))
+        return True
+
+    def targets(self) -> tuple[Target, ...]:
+        config = self.config
+        if config.targets or config.target_files:
+            return config.targets + self._file_targets
+        return scan_targets() if config.scan_local_ports else ()
+
+    def refresh_target_files(self) -> None:
+        """Re-read file_sd files; a broken file keeps the targets it had (an editor's half-saved file is common)."""
+        found: list[Target] = []
+        for path in self.config.target_files:
+            try:
+                with open(path) as handle:
+                    found.extend(parse_target_file(handle.read(), path))
+            except (OSError, ConfigError) as error:
+                log.warning("target file %s not used this poll: %s", path, error)
+                return
+        self._file_targets = tuple(found)
+
+    async def poll_once(self, session: aiohttp.ClientSession) -> Snapshot:
+        started = time.monotonic()
+        self.refresh_target_files()
+        targets = self.targets()
+        nvml_read = asyncio.to_thread(self._nvml.read) if self._nvml else asyncio.sleep(0, result=None)
+        fetches = [
+            fetch(session, t.url, t.timeout_seconds or self.config.timeout_seconds, self.config.max_response_bytes)
+            for t in targets
+        ]
+        nvml, *pages = await asyncio.gather(nvml_read, *fetches)
+        now = self._clock()
+        states = tuple(self._observe(t, page, targets, nvml, now) for t, page in zip(targets, pages, strict=True))
+        live = {t.name for t in targets}
+        self._memory = {name: memory for name, memory in self._memory.items() if name in live}
+        self.snapshot = Snapshot(
+            taken_at=now,
+            ready=True,
+            nvml=nvml,
+            targets=states,
+            vram_unexplained_bytes=MappingProxyType(_unexplained(states, nvml)),
+            poll_duration_seconds=time.monotonic() - started,
+            saturation_kv_usage=self.config.saturation_kv_usage,
+        )
+        return self.snapshot
+
+    def _observe(
+        self, target: Target, page: Fetched, targets: tuple[Target, ...], nvml: NvmlSnapshot | None, now: float
+    ) -> TargetState:
+        memory = self._memory.get(target.name, TargetMemory())
+        engine, readings, failure = None, [], page.failure
+        if page.text is not None:
+            engine, readings = read_page(page.text, target.engine)
+            if engine is None:
+                failure = "unknown_engine" if "# TYPE" in page.text or "_total" in page.text else "not_metrics"
+        gpus = _gpus_of(target, targets, nvml)
+        gpu_indices = tuple(g.index for g in gpus)
+        if failure is not None:
+            counts = dict(memory.failures_total)
+            counts[failure] = counts.get(failure, 0) + 1
+            self._memory[target.name] = replace(memory, failures_total=MappingProxyType(counts))
+            return TargetState(
+                target=target,
+                up=False,
+                engine=None,
+                last_failure=failure,
+                failures_total=self._memory[target.name].failures_total,
+                last_success_timestamp=memory.last_success,
+                scrape_duration_seconds=page.seconds,
+                gpus=gpu_indices,
+            )
+        histories = dict(memory.histories)
+        counters = dict(memory.slo_counters)
+        gpu = self._gpu_types.get(target.name) or (GpuSpec(gpus[0].name, gpus[0].total_bytes) if gpus else None)
+        instances = []
+        for reading in readings:
+            instances.append(self._instance(target, reading, gpu, histories, counters, now))
+        self._memory[target.name] = TargetMemory(
+            failures_total=memory.failures_total,
+            last_success=now,
+            histories=MappingProxyType(histories),
+            slo_counters=MappingProxyType(counters),
+        )
+        return TargetState(
+            target=target,
+            up=True,
+            engine=engine,
+            last_failure=None,
+            failures_total=memory.failures_total,
+            last_success_timestamp=now,
+            scrape_duration_seconds=page.seconds,
+            instances=tuple(instances),
+            gpus=gpu_indices,
+        )
+
+    def _instance(
+        self,
+        target: Target,
+        reading: EngineReading,
+        gpu: GpuSpec | None,
+        histories: dict[str, History],
+        counters: dict[tuple[str, str], SloCounter],
+        now: float,
+    ) -> InstanceState:
+        arch = self._models.get(target.name)
+        predicted: CapacityPlan | None = None
+        if arch is not None:
+            predicted = model_plan(arch, target.deployment, reading.engine, reading.engine_config, gpu)
+        capacity = reading.kv_cache_capacity_tokens
+        if capacity is None and predicted is not None:
+            capacity = predicted.pool.tokens
+        room = headroom(
+            reading.kv_cache_usage_ratio, capacity, reading.request_prompt_tokens, reading.request_generation_tokens
+        )
+        history = histories.get(reading.instance, History(HISTORY_SECONDS, HISTORY_POINTS))
+        if reading.kv_cache_usage_ratio is not None:
+            history = history.add(Point(now, reading.kv_cache_usage_ratio))
+        histories[reading.instance] = history
+        eta = eta_seconds(
+            history.points,
+            self.config.saturation_kv_usage,
+            now,
+            min_span_seconds=3 * self.config.poll_interval_seconds,
+        )
+        slos = []
+        for slo in self.config.slos:
+            histogram = _histogram_for(reading, slo.name)
+            if histogram is None:
+                continue
+            key = (reading.instance, slo.name)
+            counters[key] = advance(counters.get(key, SloCounter()), histogram, slo.threshold_seconds)
+            slos.append(SloState(slo, counters[key]))
+        return InstanceState(
+            reading=reading,
+            headroom=room,
+            saturation_eta_seconds=eta if reading.kv_cache_usage_ratio is not None else math.nan,
+            model_plan=predicted,
+            model_capacity_error_ratio=capacity_error_ratio(
+                reading.kv_cache_capacity_tokens, predicted.pool.tokens if predicted else None
+            ),
+            slos=tuple(slos),
+        )
+
+    def next_delay(self) -> float:
+        """The poll interval with ±10% jitter, so many daemons do not hit shared engines in lock-step."""
+        interval = self.config.poll_interval_seconds
+        return interval * (0.9 + 0.2 * self._rng.random())
+
+    async def run(self, session: aiohttp.ClientSession) -> None:
+        while True:
+            try:
+                await self.poll_once(session)
+            except Exception:  # the loop must outlive any bug in one cycle; the next poll starts clean
+                log.exception("poll failed")
+            await asyncio.sleep(self.next_delay())
+
+
+def _unexplained(states: tuple[TargetState, ...], nvml: NvmlSnapshot | None) -> dict[str, float]:
+    """Per GPU: memory used minus what the models of the targets on it explain. Only where every target on the
+    GPU has a model: a GPU with an unmodelled tenant would report that tenant as a leak."""
+    if nvml is None or not nvml.up:
+        return {}
+    explained: dict[str, float] = {}
+    unmodelled: set[str] = set()
+    for state in states:
+        for index in state.gpus:
+            plans = [i.model_plan for i in state.instances]
+            if not plans or any(p is None for p in plans):
+                unmodelled.add(index)
+                continue
+            explained[index] = explained.get(index, 0.0) + sum(_modelled_bytes(p) for p in plans if p is not None)
+    return {
+        gpu.index: gpu.used_bytes - explained[gpu.index]
+        for gpu in nvml.gpus
+        if gpu.index in explained and gpu.index not in unmodelled
+    }
+
+
+def _modelled_bytes(result: CapacityPlan) -> float:
+    return (
+        result.weights.per_gpu_bytes
+        + result.pool.pool_bytes
+        + result.activation_bytes
+        + result.non_torch_bytes
+        + result.cuda_graph_bytes
+    )

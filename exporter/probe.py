@@ -1,0 +1,71 @@
+"""`plimsoll probe`: one engine endpoint or saved page, as Plimsoll sees it."""
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from exporter.daemon import fetch
+from exporter.sources.engines import detect, read_page
+from exporter.sources.promtext import parse
+from exporter.views import reading_dict
+
+MAX_PAGE_BYTES = 32 * 1024 * 1024
+_HEADLINE = (
+    "kv_cache_usage_ratio",
+    "kv_cache_capacity_tokens",
+    "requests_running",
+    "requests_waiting",
+    "preemptions_total",
+)
+
+
+async def _text(source: str, timeout: float) -> tuple[str | None, str | None]:
+    if source == "-":
+        return sys.stdin.read(), None
+    if source.startswith(("http://", "https://")):
+        async with aiohttp.ClientSession() as session:
+            fetched = await fetch(session, source, timeout, MAX_PAGE_BYTES)
+        return fetched.text, fetched.failure
+    try:
+        return Path(source).read_text(errors="replace"), None
+    except OSError as error:
+        return None, f"cannot read {source}: {error.strerror}"
+
+
+async def probe(source: str, engine: str, timeout: float) -> dict[str, Any]:
+    text, failure = await _text(source, timeout)
+    result: dict[str, Any] = {"source": source, "engine": None, "error": failure, "detection": [], "readings": []}
+    result.update(dict.fromkeys(_HEADLINE))
+    if text is None:
+        return result
+    _, scores = detect(parse(text))
+    result["detection"] = [
+        {"engine": name, "score": detection.score, "evidence": list(detection.evidence)} for name, detection in scores
+    ]
+    name, readings = read_page(text, engine)
+    result["engine"] = name
+    result["readings"] = [reading_dict(r) for r in readings]
+    if name is None:
+        result["error"] = "no engine vocabulary recognised on this page"
+    elif readings:
+        result.update({key: result["readings"][0][key] for key in _HEADLINE})
+    return result
+
+
+def probe_table(result: dict[str, Any]) -> str:
+    lines = [f"source   {result['source']}", f"engine   {result['engine'] or 'unknown'}"]
+    if result["error"]:
+        lines.append(f"error    {result['error']}")
+    for entry in result["detection"]:
+        evidence = "; ".join(entry["evidence"])
+        lines.append(f"  detect {entry['engine']:<10} {entry['score']:.2f}  {evidence}")
+    for reading in result["readings"]:
+        lines.append("")
+        rank = f" (dp_rank {reading['dp_rank']})" if reading["dp_rank"] else ""
+        lines.append(f"{reading['engine']}{rank} model {reading['model']}")
+        for key, value in reading.items():
+            if key not in ("engine", "dp_rank", "model"):
+                lines.append(f"  {key:<26} {'-' if value is None else value}")
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""The daemon's view of the world after one poll: immutable, swapped whole, read by /metrics and the API."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from exporter.capacity.plan import CapacityPlan
+from exporter.config import SloConfig, Target
+from exporter.headroom import Headroom
+from exporter.slo import SloCounter
+from exporter.sources.engines.base import EngineReading
+from exporter.sources.nvml import NvmlSnapshot
+
+# Why a poll of a target failed: the label values of plimsoll_target_poll_failures_total.
+FAILURE_REASONS = ("timeout", "refused", "http_status", "too_large", "not_metrics", "unknown_engine", "error")
+
+
+@dataclass(frozen=True)
+class SloState:
+    slo: SloConfig
+    counter: SloCounter
+
+
+@dataclass(frozen=True)
+class InstanceState:
+    """One engine instance (a data-parallel rank) on a target's page."""
+
+    reading: EngineReading
+    headroom: Headroom
+    saturation_eta_seconds: float
+    model_plan: CapacityPlan | None
+    model_capacity_error_ratio: float | None
+    slos: tuple[SloState, ...] = ()
+
+
+@dataclass(frozen=True)
+class TargetState:
+    target: Target
+    up: bool
+    engine: str | None
+    last_failure: str | None
+    failures_total: Mapping[str, int]
+    last_success_timestamp: float | None
+    scrape_duration_seconds: float | None
+    instances: tuple[InstanceState, ...] = ()
+    gpus: tuple[str, ...] = ()  # GPU indices this target runs on, as attributed
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: float
+    ready: bool
+    nvml: NvmlSnapshot | None
+    targets: tuple[TargetState, ...]
+    vram_unexplained_bytes: Mapping[str, float] = field(default_factory=dict)
+    poll_duration_seconds: float = 0.0
+    saturation_kv_usage: float = 0.9
+
+
+EMPTY = Snapshot(taken_at=0.0, ready=False, nvml=None, targets=())

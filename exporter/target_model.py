@@ -1,0 +1,68 @@
+"""The capacity model of one running target: the configured deployment, completed by what the engine reports.
+
+An operator rarely writes every engine flag into Plimsoll's config. vLLM publishes its cache settings in
+`vllm:cache_config_info`, so a value the config leaves out is taken from there (block size, utilization,
+KV dtype, an explicit KV pool size); what neither says falls back to the engine's defaults.
+"""
+
+from collections.abc import Mapping
+
+from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.gpus import GpuSpec
+from exporter.capacity.plan import CapacityPlan, Deployment, PlanError, plan
+from exporter.config import DeploymentConfig
+
+_KV_DTYPES = {"auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16", "half", "float32"}
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "", "None") else None
+    except ValueError:
+        return None
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value not in (None, "", "None") else None
+    except ValueError:
+        return None
+
+
+def deployment_for(config: DeploymentConfig, engine: str, engine_config: Mapping[str, str]) -> Deployment:
+    reported_dtype = engine_config.get("cache_dtype", "auto")
+    return Deployment(
+        engine="sglang" if engine == "sglang" else "vllm",
+        tensor_parallel=config.tensor_parallel,
+        pipeline_parallel=config.pipeline_parallel,
+        gpu_memory_utilization=config.gpu_memory_utilization or _float(engine_config.get("gpu_memory_utilization")),
+        max_model_len=config.max_model_len,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_num_seqs=config.max_num_seqs,
+        dtype=config.dtype,
+        kv_cache_dtype=config.kv_cache_dtype
+        if config.kv_cache_dtype != "auto"
+        else (reported_dtype if reported_dtype in _KV_DTYPES else "auto"),
+        block_size=config.block_size or _int(engine_config.get("block_size")),
+        kv_cache_memory_bytes=config.kv_cache_memory_bytes or _int(engine_config.get("kv_cache_memory_bytes")),
+        enforce_eager=config.enforce_eager,
+    )
+
+
+def model_plan(
+    arch: ModelArchitecture,
+    config: DeploymentConfig,
+    engine: str,
+    engine_config: Mapping[str, str],
+    gpu: GpuSpec | None,
+) -> CapacityPlan | None:
+    """The model's prediction for this target, or None when it cannot be made (no GPU size and no KV size)."""
+    deployment = deployment_for(config, engine, engine_config)
+    if gpu is None:
+        if deployment.kv_cache_memory_bytes is None:
+            return None
+        gpu = GpuSpec("unknown", 0)
+    try:
+        return plan(arch, gpu, deployment)
+    except PlanError:
+        return None

