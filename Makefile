@@ -22,7 +22,7 @@ unit: $(STAMP)
 test: lint unit
 
 demo: $(STAMP)
-	$(BIN)/python -m exporter.demo
+	$(BIN)/python deploy/local/demo.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

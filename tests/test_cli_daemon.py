@@ -24,7 +24,7 @@ def test_probe_a_saved_page_as_json(capsys):
     code = main(["probe", str(ENGINE_FIXTURES / "vllm-cpu-0.32-2mib_after.prom"), "--format", "json"])
     answer = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert PROBE_KEYS <= answer.keys()
+    assert answer.keys() >= PROBE_KEYS
     assert answer["engine"] == "vllm" and answer["kv_cache_capacity_tokens"] == 4096
     assert answer["preemptions_total"] == 5
 
