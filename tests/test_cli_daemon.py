@@ -71,9 +71,7 @@ def test_check_config_accepts_a_good_file_and_names_problems_in_a_bad_one(capsys
     good.write_text("targets: [{url: 'http://127.0.0.1:8000/metrics', model: llama-3.1-8b}]\n")
     assert main(["check-config", str(good)]) == 0
     bad = tmp_path / "bad.yaml"
-    bad.write_text(
-        "targets: [{url: 'http://127.0.0.1:8000/metrics', model: llama-9}]\nslos: {ttft: {threshold: 1s, objective: 99}}\n"
-    )
+    bad.write_text("slos: {ttft: {threshold: 1s, objective: 99}}\n")
     assert main(["check-config", str(bad)]) == 2
     err = capsys.readouterr().err
     assert f"{bad}: slos.ttft.objective" in err
