@@ -13,7 +13,8 @@ from exporter.capacity.architecture import ModelArchitecture
 def _widest_layer_per_token(arch: ModelArchitecture, tp: int) -> float:
     """Elements one token occupies in the widest intermediate of a layer on one GPU."""
     attention = (arch.num_attention_heads + 2 * arch.num_kv_heads) * arch.head_dim / tp
-    dense = 3 * arch.intermediate_size / tp  # gate/up output, then the activation's output
+    # gate/up output, then the activation's output (a plain MLP has no gate)
+    dense = (3 if arch.gated_mlp else 2) * arch.intermediate_size / tp
     widest = max(attention, dense)
     if arch.moe is not None:
         moe = arch.moe

@@ -67,6 +67,7 @@ class ModelArchitecture:
     layer_types: tuple[str, ...]
     sliding_window: int | None = None
     attention_bias: bool = False
+    gated_mlp: bool = True  # gate, up and down projections; False: up and down only (phi-2, GPT-2 style)
     moe: MoE | None = None
     mla: MLA | None = None
     quantization: Quantization | None = None
@@ -174,6 +175,10 @@ def _vision(config: dict[str, Any]) -> VisionTower | None:
     )
 
 
+# Families whose MLP is two matrices (fc1, fc2) with biases everywhere, instead of a gated (SwiGLU) MLP.
+_PLAIN_MLP_FAMILIES = frozenset({"phi", "gpt2", "gpt_neox", "gptj", "starcoder2", "opt", "bloom", "falcon"})
+
+
 def _ties_by_default(config: dict[str, Any]) -> bool:
     # transformers' Gemma configs default to tied embeddings and their config.json files often omit the key.
     return str(config.get("model_type", "")).startswith("gemma")
@@ -225,7 +230,10 @@ def from_hf_config(config: dict[str, Any], source: str, name: str | None = None)
         max_position_embeddings=max_positions,
         layer_types=_layer_types(body, layers, window, source),
         sliding_window=window,
-        attention_bias=bool(body.get("attention_bias") or body.get("model_type") in {"qwen2", "qwen2_moe"}),
+        attention_bias=bool(
+            body.get("attention_bias") or body.get("model_type") in {"qwen2", "qwen2_moe"} | _PLAIN_MLP_FAMILIES
+        ),
+        gated_mlp=str(body.get("model_type")) not in _PLAIN_MLP_FAMILIES,
         moe=_moe(body, layers),
         mla=mla,
         quantization=quantization,

@@ -109,7 +109,11 @@ def layer_params(arch: ModelArchitecture, layer: int, tp: int, quantization: Qua
     replicated += 2 * arch.hidden_size  # input and post-attention norms
     moe = arch.moe
     if moe is None or layer in moe.dense_layers:
-        return LayerParams(attention, _mlp_params(arch.hidden_size, arch.intermediate_size) / tp, 0, replicated)
+        if arch.gated_mlp:
+            dense = _mlp_params(arch.hidden_size, arch.intermediate_size)
+        else:
+            dense = 2 * arch.hidden_size * arch.intermediate_size + arch.intermediate_size + arch.hidden_size
+        return LayerParams(attention, dense / tp, 0, replicated)
     per_expert = _mlp_params(_expert_hidden(arch, quantization), moe.expert_intermediate_size)
     if moe.expert_bias:
         per_expert += 2 * moe.expert_intermediate_size + arch.hidden_size
