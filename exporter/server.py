@@ -92,9 +92,10 @@ def serve(config: Config, config_path: str | None) -> None:
     """Run until SIGTERM or SIGINT; aiohttp then runs the cleanup contexts, which stop the poll loop."""
     nvml = NvmlReader() if config.nvml else None
     daemon = Daemon(config, nvml=nvml)
-    log.info("plimsoll serving on %s, polling every %.1fs", config.listen, config.poll_interval_seconds)
+    log.info("plimsoll serving on %s, polling every %gs", config.listen, config.poll_interval_seconds)
     try:
-        web.run_app(build_app(daemon, config_path), host=config.host, port=config.port, print=None)
+        # No access log: Prometheus scrapes every few seconds and each line would say the same thing.
+        web.run_app(build_app(daemon, config_path), host=config.host, port=config.port, print=None, access_log=None)
     finally:
         if nvml is not None:
             nvml.close()

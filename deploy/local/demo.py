@@ -56,6 +56,19 @@ def _line(state: dict, started: float) -> str:
     )
 
 
+def _waves(base_url: str, waves: int = 16, per_wave: int = 2) -> None:
+    """Load that grows: each wave adds long requests (16 prompt + 480 output tokens, nearly the 512-token
+    context) while the earlier ones still hold their KV blocks, until the pool saturates and vLLM preempts."""
+    threads = []
+    for _ in range(waves):
+        thread = threading.Thread(target=send_load, args=(base_url, per_wave, 480, 16, per_wave), daemon=True)
+        thread.start()
+        threads.append(thread)
+        time.sleep(0.5)
+    for thread in threads:
+        thread.join(timeout=240)
+
+
 def main() -> int:
     print("== preparing vLLM (CPU build) and the tiny model under .cache/ (first run: a few minutes)", flush=True)
     install = ensure_vllm()
@@ -64,7 +77,7 @@ def main() -> int:
     config = DEMO_DIR / "plimsoll.yaml"
     config.write_text(
         f"""listen: "127.0.0.1:{plimsoll_port}"
-poll_interval: 1s
+poll_interval: 250ms
 targets:
   - name: tiny-llama
     url: http://127.0.0.1:{vllm_port}/metrics
@@ -81,13 +94,13 @@ saturation: {{kv_usage: 0.9, lead_time: 15m}}
         try:
             base = f"http://127.0.0.1:{plimsoll_port}"
             _wait_ready(base + "/readyz", daemon)
-            print("== 24 requests x 256 tokens, 12 at a time: watch the headroom go", flush=True)
-            load = threading.Thread(target=send_load, args=(engine.base_url, 24, 256, 16, 12), daemon=True)
+            print("== two long requests every half second: watch the headroom go", flush=True)
+            load = threading.Thread(target=_waves, args=(engine.base_url,), daemon=True)
             started = time.monotonic()
             load.start()
-            while load.is_alive() or time.monotonic() - started < 5:
+            while load.is_alive() or time.monotonic() - started < 12:
                 print(_line(json.loads(_get(base + "/api/v1/state")), started), flush=True)
-                time.sleep(1)
+                time.sleep(0.5)
                 if time.monotonic() - started > 240:
                     break
             print("\n== plimsoll /metrics (engine series)")

@@ -21,10 +21,6 @@ MAX_MODEL_LEN = 512
 BLOCK_SIZE = 128
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "integration: runs against real parts started on this machine (slow)")
-
-
 @pytest.fixture(scope="session")
 def vllm_server() -> Iterator[VllmServer]:
     """One real vLLM CPU engine for the session; installed on first use (2-3 min), started in ~35 s."""
