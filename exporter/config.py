@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from exporter.capacity.plan import Deployment
 from exporter.units import parse_duration, parse_size
 
 DEFAULT_PORT = 19842
@@ -34,24 +35,6 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class DeploymentConfig:
-    """How a target's engine was started, for the capacity model. None: the engine's default, or what the
-    engine reports about itself (vLLM's cache_config_info)."""
-
-    tensor_parallel: int = 1
-    pipeline_parallel: int = 1
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    max_num_batched_tokens: int | None = None
-    max_num_seqs: int | None = None
-    kv_cache_dtype: str = "auto"
-    dtype: str = "auto"
-    block_size: int | None = None
-    kv_cache_memory_bytes: int | None = None
-    enforce_eager: bool = False
-
-
-@dataclass(frozen=True)
 class Target:
     name: str
     url: str
@@ -59,7 +42,7 @@ class Target:
     model: str | None = None
     gpus: tuple[str, ...] | None = None  # None: all GPUs of this host when it is the only target
     gpu_type: str | None = None  # a GPU preset, for hosts without NVML
-    deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
+    deployment: Deployment = field(default_factory=Deployment)  # unset fields: the engine's defaults
     timeout_seconds: float | None = None
     source: str = "static"
 
@@ -209,11 +192,11 @@ _DEPLOYMENT_FIELDS = (
 )
 
 
-def _deployment(r: _Reader, raw: Any, path: str) -> DeploymentConfig:
+def _deployment(r: _Reader, raw: Any, path: str) -> Deployment:
     data = r.mapping(raw, path)
     r.unknown(data, path, _DEPLOYMENT_FIELDS)
     p = f"{path}."
-    return DeploymentConfig(
+    return Deployment(
         tensor_parallel=r.convert(data, "tensor_parallel", p, _positive_int, 1),
         pipeline_parallel=r.convert(data, "pipeline_parallel", p, _positive_int, 1),
         gpu_memory_utilization=r.convert(data, "gpu_memory_utilization", p, _ratio, None),

@@ -6,11 +6,11 @@ KV dtype, an explicit KV pool size); what neither says falls back to the engine'
 """
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.plan import CapacityPlan, Deployment, PlanError, plan
-from exporter.config import DeploymentConfig
 
 _KV_DTYPES = {"auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16", "half", "float32"}
 
@@ -29,35 +29,30 @@ def _float(value: str | None) -> float | None:
         return None
 
 
-def deployment_for(config: DeploymentConfig, engine: str, engine_config: Mapping[str, str]) -> Deployment:
+def deployment_for(configured: Deployment, engine: str, engine_config: Mapping[str, str]) -> Deployment:
+    """The configured deployment; what it leaves unset comes from the engine's own report where it has one."""
     reported_dtype = engine_config.get("cache_dtype", "auto")
-    return Deployment(
+    return replace(
+        configured,
         engine="sglang" if engine == "sglang" else "vllm",
-        tensor_parallel=config.tensor_parallel,
-        pipeline_parallel=config.pipeline_parallel,
-        gpu_memory_utilization=config.gpu_memory_utilization or _float(engine_config.get("gpu_memory_utilization")),
-        max_model_len=config.max_model_len,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        max_num_seqs=config.max_num_seqs,
-        dtype=config.dtype,
-        kv_cache_dtype=config.kv_cache_dtype
-        if config.kv_cache_dtype != "auto"
+        gpu_memory_utilization=configured.gpu_memory_utilization or _float(engine_config.get("gpu_memory_utilization")),
+        kv_cache_dtype=configured.kv_cache_dtype
+        if configured.kv_cache_dtype != "auto"
         else (reported_dtype if reported_dtype in _KV_DTYPES else "auto"),
-        block_size=config.block_size or _int(engine_config.get("block_size")),
-        kv_cache_memory_bytes=config.kv_cache_memory_bytes or _int(engine_config.get("kv_cache_memory_bytes")),
-        enforce_eager=config.enforce_eager,
+        block_size=configured.block_size or _int(engine_config.get("block_size")),
+        kv_cache_memory_bytes=configured.kv_cache_memory_bytes or _int(engine_config.get("kv_cache_memory_bytes")),
     )
 
 
 def model_plan(
     arch: ModelArchitecture,
-    config: DeploymentConfig,
+    configured: Deployment,
     engine: str,
     engine_config: Mapping[str, str],
     gpu: GpuSpec | None,
 ) -> CapacityPlan | None:
     """The model's prediction for this target, or None when it cannot be made (no GPU size and no KV size)."""
-    deployment = deployment_for(config, engine, engine_config)
+    deployment = deployment_for(configured, engine, engine_config)
     if gpu is None:
         if deployment.kv_cache_memory_bytes is None:
             return None

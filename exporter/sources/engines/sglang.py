@@ -10,7 +10,7 @@ no dp_rank, so they are left off the per-rank readings rather than repeated on e
 
 from dataclasses import replace
 
-from exporter.sources.engines.base import Detection, EngineReading
+from exporter.sources.engines.base import EngineReading
 from exporter.sources.engines.series import Group, gauge, whole
 from exporter.sources.engines.vocabulary import Vocabulary
 from exporter.sources.promtext import ParsedPage
@@ -44,22 +44,12 @@ VOCABULARY = Vocabulary(
 )
 
 
-class Sglang:
-    name = "sglang"
-    needs = VOCABULARY.needs
-
-    def detect(self, page: ParsedPage) -> Detection:
-        return VOCABULARY.detect(page)
-
-    def read(self, page: ParsedPage) -> list[EngineReading]:
-        return [self._reading(page, group) for group in VOCABULARY.groups(page)]
-
-    def _reading(self, page: ParsedPage, group: Group) -> EngineReading:
-        return replace(
-            VOCABULARY.reading(page, group),
-            kv_cache_capacity_tokens=whole(gauge(page, (MAX_TOTAL_TOKENS,), group.where)),
-            kv_block_size=whole(gauge(page, (PAGE_SIZE,), group.where)),
-        )
+def _refine(page: ParsedPage, group: Group, reading: EngineReading) -> EngineReading:
+    return replace(
+        reading,
+        kv_cache_capacity_tokens=whole(gauge(page, (MAX_TOTAL_TOKENS,), group.where)),
+        kv_block_size=whole(gauge(page, (PAGE_SIZE,), group.where)),
+    )
 
 
-ADAPTER = Sglang()
+ADAPTER = replace(VOCABULARY, refine=_refine)

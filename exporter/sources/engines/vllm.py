@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
-from exporter.sources.engines.base import Detection, EngineReading
+from exporter.sources.engines.base import EngineReading
 from exporter.sources.engines.series import Group, label_int, matching
 from exporter.sources.engines.vocabulary import Vocabulary
 from exporter.sources.promtext import ParsedPage
@@ -46,30 +46,19 @@ VOCABULARY = Vocabulary(
 )
 
 
-class Vllm:
-    name = "vllm"
-    needs = VOCABULARY.needs
-
-    def detect(self, page: ParsedPage) -> Detection:
-        return VOCABULARY.detect(page)
-
-    def read(self, page: ParsedPage) -> list[EngineReading]:
-        return [self._reading(page, group) for group in VOCABULARY.groups(page)]
-
-    def _reading(self, page: ParsedPage, group: Group) -> EngineReading:
-        reading = VOCABULARY.reading(page, group)
-        # cache_config_info has no model_name label: match it on the engine index alone (V1 labels it per engine).
-        engine = {"engine": group.instance} if "engine" in group.where else {}
-        configs = matching(page.get(CACHE_CONFIG), engine)
-        if not configs:
-            return reading
-        config = configs[0].labels
-        return replace(
-            reading,
-            kv_cache_capacity_tokens=capacity_tokens(config),
-            kv_block_size=label_int(config, "block_size"),
-            engine_config=MappingProxyType(dict(config)),
-        )
+def _refine(page: ParsedPage, group: Group, reading: EngineReading) -> EngineReading:
+    # cache_config_info has no model_name label: match it on the engine index alone (V1 labels it per engine).
+    engine = {"engine": group.instance} if "engine" in group.where else {}
+    configs = matching(page.get(CACHE_CONFIG), engine)
+    if not configs:
+        return reading
+    config = configs[0].labels
+    return replace(
+        reading,
+        kv_cache_capacity_tokens=capacity_tokens(config),
+        kv_block_size=label_int(config, "block_size"),
+        engine_config=MappingProxyType(dict(config)),
+    )
 
 
 def capacity_tokens(config: Mapping[str, str]) -> int | None:
@@ -80,4 +69,4 @@ def capacity_tokens(config: Mapping[str, str]) -> int | None:
     return blocks * block_size if blocks is not None and block_size is not None else None
 
 
-ADAPTER = Vllm()
+ADAPTER = replace(VOCABULARY, refine=_refine)

@@ -5,6 +5,7 @@ and nothing more; the others (vLLM's cache_config_info labels, SGLang's replicas
 start from one and add what names cannot say.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.sources.engines.base import Detection, EngineReading
@@ -34,7 +35,9 @@ class Vocabulary:
     e2e: tuple[str, ...] = ()
     request_prompt_tokens: tuple[str, ...] = ()
     request_generation_tokens: tuple[str, ...] = ()
-    extra: tuple[str, ...] = ()  # names an adapter built on this vocabulary reads itself
+    extra: tuple[str, ...] = ()  # names `refine` reads itself
+    # What names cannot say (vLLM's cache_config_info labels, SGLang's capacity gauges): adds to each reading.
+    refine: Callable[[ParsedPage, Group, EngineReading], EngineReading] | None = None
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -61,7 +64,10 @@ class Vocabulary:
         return groups(page, self.running + self.waiting + self.kv_usage, self.instance_label, self.model_label)
 
     def read(self, page: ParsedPage) -> list[EngineReading]:
-        return [self.reading(page, group) for group in self.groups(page)]
+        readings = [(group, self.reading(page, group)) for group in self.groups(page)]
+        if self.refine is None:
+            return [reading for _, reading in readings]
+        return [self.refine(page, group, reading) for group, reading in readings]
 
     def reading(self, page: ParsedPage, group: Group) -> EngineReading:
         where, replicas = group.where, self.replica_labels
