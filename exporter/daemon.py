@@ -6,6 +6,7 @@ time and I/O; everything it derives comes from the pure modules.
 """
 
 import asyncio
+import json
 import logging
 import math
 import random
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -27,6 +29,7 @@ from exporter.slo import SloCounter, advance
 from exporter.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetState
 from exporter.sources.engines import read_page
 from exporter.sources.engines.base import EngineReading, Histogram
+from exporter.sources.engines.llamacpp import capacity_from_slots
 from exporter.sources.nvml import GpuReading, NvmlReader, NvmlSnapshot
 from exporter.target_model import model_plan
 from exporter.trend import History, Point, eta_seconds
@@ -36,6 +39,7 @@ log = logging.getLogger("plimsoll.daemon")
 HISTORY_SECONDS = 600.0
 HISTORY_POINTS = 240
 USER_AGENT = f"plimsoll/{__version__}"
+LLAMACPP_PREFIX = "llamacpp:"
 
 
 @dataclass(frozen=True)
@@ -175,8 +179,14 @@ class Daemon:
             for t in targets
         ]
         nvml, *pages = await asyncio.gather(nvml_read, *fetches)
+        slots = await asyncio.gather(
+            *(self._llamacpp_slots(session, t, page) for t, page in zip(targets, pages, strict=True))
+        )
         now = self._clock()
-        states = tuple(self._observe(t, page, targets, nvml, now) for t, page in zip(targets, pages, strict=True))
+        states = tuple(
+            self._observe(t, page, targets, nvml, now, capacity)
+            for t, page, capacity in zip(targets, pages, slots, strict=True)
+        )
         live = {t.name for t in targets}
         self._memory = {name: memory for name, memory in self._memory.items() if name in live}
         self.snapshot = Snapshot(
@@ -190,8 +200,28 @@ class Daemon:
         )
         return self.snapshot
 
+    async def _llamacpp_slots(self, session: aiohttp.ClientSession, target: Target, page: Fetched) -> int | None:
+        """llama.cpp's /metrics has no KV capacity; its /slots has each slot's context. None when unreachable
+        (the server runs without --slots, or the page is not llama.cpp's)."""
+        if page.text is None or LLAMACPP_PREFIX not in page.text:
+            return None
+        url = urlsplit(target.url)
+        slots_url = urlunsplit((url.scheme, url.netloc, "/slots", "", ""))
+        fetched = await fetch(session, slots_url, target.timeout_seconds or self.config.timeout_seconds, 1 << 20)
+        try:
+            slots = json.loads(fetched.text) if fetched.text is not None else None
+        except ValueError:
+            return None
+        return capacity_from_slots(slots) if isinstance(slots, list) else None
+
     def _observe(
-        self, target: Target, page: Fetched, targets: tuple[Target, ...], nvml: NvmlSnapshot | None, now: float
+        self,
+        target: Target,
+        page: Fetched,
+        targets: tuple[Target, ...],
+        nvml: NvmlSnapshot | None,
+        now: float,
+        slots_capacity: int | None = None,
     ) -> TargetState:
         memory = self._memory.get(target.name, TargetMemory())
         engine, readings, failure = None, [], page.failure
@@ -199,6 +229,11 @@ class Daemon:
             engine, readings = read_page(page.text, target.engine)
             if engine is None:
                 failure = "unknown_engine" if "# TYPE" in page.text or "_total" in page.text else "not_metrics"
+            if slots_capacity is not None:
+                readings = [
+                    r if r.kv_cache_capacity_tokens is not None else replace(r, kv_cache_capacity_tokens=slots_capacity)
+                    for r in readings
+                ]
         gpus = _gpus_of(target, targets, nvml)
         gpu_indices = tuple(g.index for g in gpus)
         if failure is not None:

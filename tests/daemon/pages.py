@@ -50,6 +50,8 @@ def _app() -> web.Application:
     app.router.add_get("/error", fixed("boom", status=500))
     app.router.add_get("/slow", slow)
     app.router.add_get("/switch", switch)
+    app.router.add_get("/metrics", fixed(_page("llamacpp-b9014.prom")))  # llama.cpp serves both at its root
+    app.router.add_get("/slots", fixed('[{"id": 0, "n_ctx": 256, "is_processing": false}]', "application/json"))
     return app
 
 

@@ -131,3 +131,11 @@ def test_reload_rejects_a_bad_config_and_keeps_the_running_one(tmp_path):
     bad.write_text("poll_interval: never\n")
     assert not daemon.reload(str(bad))
     assert daemon.config.poll_interval_seconds == 3.0
+
+
+def test_llamacpp_capacity_comes_from_its_slots_endpoint():
+    snapshot, _, _ = _poll({"llama": "/metrics"})
+    (state,) = snapshot.targets
+    (instance,) = state.instances
+    assert state.engine == "llamacpp"
+    assert instance.reading.kv_cache_capacity_tokens == 256  # the one slot's n_ctx
