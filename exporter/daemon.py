@@ -37,7 +37,7 @@ from exporter.trend import History, Point, eta_seconds
 log = logging.getLogger("plimsoll.daemon")
 
 HISTORY_SECONDS = 600.0
-HISTORY_POINTS = 240
+HISTORY_POINTS = 60  # Theil-Sen is O(n^2): 60 points cost ~0.5 ms an instance per poll
 USER_AGENT = f"plimsoll/{__version__}"
 LLAMACPP_PREFIX = "llamacpp:"
 
@@ -117,6 +117,8 @@ class Daemon:
         self._models: dict[str, ModelArchitecture | None] = {}
         self._gpu_types: dict[str, GpuSpec | None] = {}
         self._file_targets: tuple[Target, ...] = ()
+        # The model's plan changes only when the engine's configuration does: computed once per configuration.
+        self._plans: dict[tuple[str, str, tuple[tuple[str, str], ...], GpuSpec | None], CapacityPlan | None] = {}
         self.snapshot: Snapshot = EMPTY
         self.config = config
         self._resolve_models(config)
@@ -146,6 +148,7 @@ class Daemon:
             return False
         self._models.clear()
         self._gpu_types.clear()
+        self._plans.clear()
         self.config = new
         self._resolve_models(new)
         log.info("config reloaded from %s: %d static targets", path, len(new.targets))
@@ -283,10 +286,7 @@ class Daemon:
         counters: dict[tuple[str, str], SloCounter],
         now: float,
     ) -> InstanceState:
-        arch = self._models.get(target.name)
-        predicted: CapacityPlan | None = None
-        if arch is not None:
-            predicted = model_plan(arch, target.deployment, reading.engine, reading.engine_config, gpu)
+        predicted = self._model_plan(target, reading, gpu)
         capacity = reading.kv_cache_capacity_tokens
         if capacity is None and predicted is not None:
             capacity = predicted.pool.tokens
@@ -321,6 +321,15 @@ class Daemon:
             ),
             slos=tuple(slos),
         )
+
+    def _model_plan(self, target: Target, reading: EngineReading, gpu: GpuSpec | None) -> CapacityPlan | None:
+        arch = self._models.get(target.name)
+        if arch is None:
+            return None
+        key = (target.name, reading.engine, tuple(sorted(reading.engine_config.items())), gpu)
+        if key not in self._plans:
+            self._plans[key] = model_plan(arch, target.deployment, reading.engine, reading.engine_config, gpu)
+        return self._plans[key]
 
     def next_delay(self) -> float:
         """The poll interval with ±10% jitter, so many daemons do not hit shared engines in lock-step."""

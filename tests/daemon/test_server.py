@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Config, SloConfig, Target
 from exporter.daemon import Daemon
-from exporter.server import build_app
+from exporter.server import DAEMON, build_app
 from tests.conftest import TESTS
 from tests.daemon.pages import page_server
 
@@ -132,3 +132,20 @@ def test_client_session_is_closed_on_shutdown():
     finally:
         aiohttp.ClientSession.__init__ = original
     assert sessions and all(s.closed for s in sessions)
+
+
+def test_metrics_negotiate_openmetrics_and_follow_a_new_snapshot():
+    async def check(client):
+        open_metrics = await client.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+        text = await open_metrics.text()
+        daemon = client.server.app[DAEMON]
+        first = await (await client.get("/metrics")).text()
+        await daemon.poll_once(client.session)
+        second = await (await client.get("/metrics")).text()
+        return open_metrics.headers["Content-Type"], text, first, second
+
+    content_type, text, first, second = _serve(check)
+    assert content_type.startswith("application/openmetrics-text")
+    assert text.rstrip().endswith("# EOF")
+    poll_line = [line for line in first.splitlines() if line.startswith("plimsoll_poll_duration_seconds ")]
+    assert poll_line and poll_line[0] not in second  # a new poll renders anew, not the cached page
