@@ -147,8 +147,12 @@ def _gpu_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | InfoMetric
     )
     if nvml is None or not nvml.up:
         return
+    # The fallback for a process the daemon could not attribute: the only target on its GPU, by configuration
+    # (its `gpus`, or the sole target), not by attribution, which would pass one process's target to a co-tenant.
     owners: dict[str, list[str]] = {}
     for state in snapshot.targets:
+        if state.target.gpus is None and len(snapshot.targets) > 1:
+            continue
         for index in state.gpus:
             owners.setdefault(index, []).append(state.target.name)
     info = InfoMetricFamily("plimsoll_gpu", "GPU identity.", labels=["gpu", "uuid", "name", "driver_version"])
@@ -178,7 +182,7 @@ def _gpu_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | InfoMetric
             _put(families[key], [gpu.index, gpu.uuid], value(gpu))
         target = owners.get(gpu.index, [])
         for proc in gpu.processes:
-            owner = target[0] if len(target) == 1 else ""
+            owner = snapshot.process_targets.get(proc.pid) or (target[0] if len(target) == 1 else "")
             _put(process, [gpu.index, str(proc.pid), owner], proc.used_bytes)
         _put(unexplained, [gpu.index], snapshot.vram_unexplained_bytes.get(gpu.index))
     yield info

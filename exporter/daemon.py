@@ -31,6 +31,7 @@ from exporter.sources.engines import read_page
 from exporter.sources.engines.base import EngineReading, Histogram
 from exporter.sources.engines.llamacpp import capacity_from_slots
 from exporter.sources.nvml import GpuReading, NvmlReader, NvmlSnapshot
+from exporter.sources.processes import Attributor
 from exporter.target_model import model_plan
 from exporter.trend import History, Point, eta_seconds
 
@@ -90,11 +91,15 @@ def _histogram_for(reading: EngineReading, slo_name: str) -> Histogram | None:
     return {"ttft": reading.ttft_seconds, "itl": reading.itl_seconds, "e2e": reading.e2e_seconds}.get(slo_name)
 
 
-def _gpus_of(target: Target, targets: tuple[Target, ...], nvml: NvmlSnapshot | None) -> tuple[GpuReading, ...]:
+def _gpus_of(
+    target: Target, targets: tuple[Target, ...], nvml: NvmlSnapshot | None, process_targets: Mapping[int, str]
+) -> tuple[GpuReading, ...]:
     if nvml is None or not nvml.up:
         return ()
     if target.gpus is None:
-        return nvml.gpus if len(targets) == 1 else ()
+        if len(targets) == 1:
+            return nvml.gpus
+        return tuple(g for g in nvml.gpus if any(process_targets.get(p.pid) == target.name for p in g.processes))
     wanted = set(target.gpus)
     return tuple(g for g in nvml.gpus if g.index in wanted or g.uuid in wanted)
 
@@ -107,12 +112,14 @@ class Daemon:
         config: Config,
         *,
         nvml: NvmlReader | None = None,
+        attributor: Attributor | None = None,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ):
         self._clock = clock
         self._rng = rng or random.Random()
         self._nvml = nvml
+        self._attributor = attributor or Attributor()
         self._memory: dict[str, TargetMemory] = {}
         self._models: dict[str, ModelArchitecture | None] = {}
         self._gpu_types: dict[str, GpuSpec | None] = {}
@@ -176,18 +183,18 @@ class Daemon:
         started = time.monotonic()
         self.refresh_target_files()
         targets = self.targets()
-        nvml_read = asyncio.to_thread(self._nvml.read) if self._nvml else asyncio.sleep(0, result=None)
+        nvml_read = asyncio.to_thread(self._read_gpus, targets) if self._nvml else asyncio.sleep(0, result=(None, {}))
         fetches = [
             fetch(session, t.url, t.timeout_seconds or self.config.timeout_seconds, self.config.max_response_bytes)
             for t in targets
         ]
-        nvml, *pages = await asyncio.gather(nvml_read, *fetches)
+        (nvml, process_targets), *pages = await asyncio.gather(nvml_read, *fetches)
         slots = await asyncio.gather(
             *(self._llamacpp_slots(session, t, page) for t, page in zip(targets, pages, strict=True))
         )
         now = self._clock()
         states = tuple(
-            self._observe(t, page, targets, nvml, now, capacity)
+            self._observe(t, page, targets, nvml, process_targets, now, capacity)
             for t, page, capacity in zip(targets, pages, slots, strict=True)
         )
         live = {t.name for t in targets}
@@ -198,10 +205,16 @@ class Daemon:
             nvml=nvml,
             targets=states,
             vram_unexplained_bytes=MappingProxyType(_unexplained(states, nvml)),
+            process_targets=MappingProxyType(process_targets),
             poll_duration_seconds=time.monotonic() - started,
             saturation_kv_usage=self.config.saturation_kv_usage,
         )
         return self.snapshot
+
+    def _read_gpus(self, targets: tuple[Target, ...]) -> tuple[NvmlSnapshot | None, Mapping[int, str]]:
+        """NVML, then the target of each GPU process (/proc reads): both block, so both run in the poll's thread."""
+        nvml = self._nvml.read() if self._nvml else None
+        return nvml, self._attributor.attribute(nvml, targets)
 
     async def _llamacpp_slots(self, session: aiohttp.ClientSession, target: Target, page: Fetched) -> int | None:
         """llama.cpp's /metrics has no KV capacity; its /slots has each slot's context. None when unreachable
@@ -223,6 +236,7 @@ class Daemon:
         page: Fetched,
         targets: tuple[Target, ...],
         nvml: NvmlSnapshot | None,
+        process_targets: Mapping[int, str],
         now: float,
         slots_capacity: int | None = None,
     ) -> TargetState:
@@ -237,7 +251,7 @@ class Daemon:
                     r if r.kv_cache_capacity_tokens is not None else replace(r, kv_cache_capacity_tokens=slots_capacity)
                     for r in readings
                 ]
-        gpus = _gpus_of(target, targets, nvml)
+        gpus = _gpus_of(target, targets, nvml, process_targets)
         gpu_indices = tuple(g.index for g in gpus)
         if failure is not None:
             counts = dict(memory.failures_total)

@@ -52,6 +52,7 @@ class Snapshot:
     nvml: NvmlSnapshot | None
     targets: tuple[TargetState, ...]
     vram_unexplained_bytes: Mapping[str, float] = field(default_factory=dict)
+    process_targets: Mapping[int, str] = field(default_factory=dict)  # GPU PID -> its target, "" when unattributed
     poll_duration_seconds: float = 0.0
     saturation_kv_usage: float = 0.9
 

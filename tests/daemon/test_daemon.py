@@ -2,12 +2,17 @@
 
 import asyncio
 import math
+import os
 import time
 
 import aiohttp
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.collector import SnapshotCollector
 from exporter.config import Config, SloConfig, Target
 from exporter.daemon import Daemon
+from exporter.sources.nvml import GpuProcess, GpuReading, NvmlSnapshot
 from tests.daemon.pages import page_server
 
 PEAK = "/page/vllm-cpu-0.32-2mib_peak.prom"
@@ -139,3 +144,48 @@ def test_llamacpp_capacity_comes_from_its_slots_endpoint():
     (instance,) = state.instances
     assert state.engine == "llamacpp"
     assert instance.reading.kv_cache_capacity_tokens == 256  # the one slot's n_ctx
+
+
+class _TwoGpus:
+    """A fake NVML reader. GPU 0: this test process (which serves the pages) and a co-tenant nothing explains;
+    GPU 1: another unexplained process."""
+
+    def read(self) -> NvmlSnapshot:
+        def gpu(index: int, *pids: int) -> GpuReading:
+            processes = tuple(GpuProcess(pid, 1 << 30) for pid in pids)
+            return GpuReading(
+                str(index), f"GPU-{index}", "NVIDIA H100 80GB HBM3", 80 << 30, 70 << 30, 0, 10 << 30, processes
+            )
+
+        gpus = (gpu(0, os.getpid(), 4_000_001), gpu(1, 4_000_002))
+        return NvmlSnapshot(up=True, driver_version="580.95.05", gpus=gpus, error=None)
+
+
+def _process_labels(other: Target) -> tuple[dict, dict]:
+    async def go():
+        async with page_server() as base, aiohttp.ClientSession() as session:
+            targets = (Target("mine", base + PEAK), other)
+            daemon = Daemon(Config(targets=targets, timeout_seconds=1.0), nvml=_TwoGpus())
+            return await daemon.poll_once(session)
+
+    snapshot = asyncio.run(go())
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(lambda: snapshot, lambda: []))
+    families = text_string_to_metric_families(generate_latest(registry).decode())
+    (family,) = (f for f in families if f.name == "plimsoll_gpu_process_memory_bytes")
+    labels = {(s.labels["gpu"], s.labels["pid"]): s.labels["target"] for s in family.samples}
+    return labels, {state.target.name: state.gpus for state in snapshot.targets}
+
+
+def test_a_gpu_process_is_labelled_with_the_target_whose_port_it_listens_on():
+    # Two targets with gpus: auto, so "the only target on the GPU" names neither: "mine" comes from the page
+    # server's listening socket, which this process holds, and its GPUs from where its processes are.
+    labels, gpus = _process_labels(Target("gone", "http://127.0.0.1:9/metrics"))
+    assert labels == {("0", str(os.getpid())): "mine", ("0", "4000001"): "", ("1", "4000002"): ""}
+    assert gpus == {"mine": ("0",), "gone": ()}
+
+
+def test_an_unexplained_process_falls_back_to_the_only_target_configured_on_its_gpu():
+    labels, gpus = _process_labels(Target("pinned", "http://127.0.0.1:9/metrics", gpus=("1",)))
+    assert labels == {("0", str(os.getpid())): "mine", ("0", "4000001"): "", ("1", "4000002"): "pinned"}
+    assert gpus == {"mine": ("0",), "pinned": ("1",)}
