@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 VLLM_VENV := .cache/vllm-venv
 VLLM_MODEL := .cache/tiny-llama
+PROM_TOOLS := .cache/prometheus-tools
 
-.PHONY: test lint unit integration vllm demo bench clean
+.PHONY: test lint unit integration vllm tools demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +18,14 @@ $(STAMP): pyproject.toml
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/plimsoll generate --config deploy/plimsoll.example.yaml --out . --check
 
-unit: $(STAMP)
+# promtool/prometheus and amtool/alertmanager from Debian's packages into .cache, no system install. Exit 3: this
+# machine cannot have them (no apt-get/dpkg); the tests that need them then skip and say why.
+tools:
+	deploy/local/fetch-prometheus-tools.sh $(PROM_TOOLS) || [ $$? -eq 3 ]
+
+unit: $(STAMP) tools
 	$(BIN)/pytest -m "not integration"
 
 # vLLM's CPU build in its own venv (~3 min, 2.5 GB, once) and the tiny model; both return at once when done.

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from exporter import __version__
@@ -129,6 +130,21 @@ def _add_probe(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=parse_duration, default=5.0, help="seconds to wait for the page")
     p.add_argument("--format", default="table", choices=["table", "json"])
     p.set_defaults(handler=_probe)
+
+
+def _add_generate(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "generate",
+        help="Prometheus rules and Grafana dashboards from a config",
+        formatter_class=_Formatter,
+        description="Writes rules/plimsoll.rules.yaml, deploy/kubernetes/prometheusrule.yaml and dashboards/*.json "
+        "under --out, from the config's SLOs, saturation threshold and lead time. --check writes nothing and "
+        "exits 1 when a file under --out differs from what the config generates.",
+    )
+    _env_twin(p, "--config", "PLIMSOLL_CONFIG", required=False, help="YAML config file (default: built-in defaults)")
+    p.add_argument("--out", default=".", help="directory to write under")
+    p.add_argument("--check", action="store_true", help="compare instead of writing")
+    p.set_defaults(handler=_generate)
 
 
 def _add_plan(commands: argparse._SubParsersAction) -> None:
@@ -294,6 +310,23 @@ def _probe(args: argparse.Namespace) -> int:
     return EXIT_OK if result["readings"] else 1
 
 
+def _generate(args: argparse.Namespace) -> int:
+    from exporter import generate  # grafanalib loads only for this command
+
+    config = load_config(args.config) if args.config else Config()
+    items = generate.artifacts(config)
+    out = Path(args.out)
+    if args.check:
+        differing = generate.stale(items, out)
+        source = f"--config {args.config} " if args.config else ""
+        for path in differing:
+            print(f"stale: {out / path} (regenerate: plimsoll generate {source}--out {out})")
+        return 1 if differing else EXIT_OK
+    for path in generate.write(items, out):
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="plimsoll",
@@ -311,6 +344,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_probe,
     _add_check_config,
     _add_plan,
+    _add_generate,
 )
 
 

@@ -142,10 +142,10 @@ def _target_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | Counter
 
 def _gpu_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
     nvml = snapshot.nvml
-    yield GaugeMetricFamily(
-        "plimsoll_nvml_up", "1 when the last NVML read succeeded.", value=1.0 if nvml and nvml.up else 0.0
-    )
-    if nvml is None or not nvml.up:
+    if nvml is None:
+        return  # NVML switched off (`nvml: false`, CPU-only hosts): no GPU series at all, and no alert on them
+    yield GaugeMetricFamily("plimsoll_nvml_up", "1 when the last NVML read succeeded.", value=1.0 if nvml.up else 0.0)
+    if not nvml.up:
         return
     # The fallback for a process the daemon could not attribute: the only target on its GPU, by configuration
     # (its `gpus`, or the sole target), not by attribution, which would pass one process's target to a co-tenant.

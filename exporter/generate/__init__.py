@@ -1,0 +1,58 @@
+"""`plimsoll generate`: Prometheus rules and Grafana dashboards built from the user's config.
+
+Each generator returns `Artifact`s (a path relative to the output directory, and its text); this module writes
+them without ever leaving a half-written file (temporary file, then rename) and, for `--check`, says which
+committed files differ from what the config generates.
+"""
+
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.config import Config
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: str  # relative to the output directory, e.g. "rules/plimsoll.rules.yaml"
+    text: str
+
+
+def artifacts(config: Config) -> list[Artifact]:
+    from exporter.generate import dashboards, rules  # the generators load grafanalib only when asked
+
+    return [*rules.artifacts(config), *dashboards.artifacts(config)]
+
+
+def write(items: Iterable[Artifact], out: Path) -> list[Path]:
+    written = []
+    for item in items:
+        target = out / item.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        try:
+            with os.fdopen(handle, "w") as stream:
+                stream.write(item.text)
+            os.chmod(temporary, 0o644)  # mkstemp makes 0600; Prometheus and Grafana must read these
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+        written.append(target)
+    return written
+
+
+def stale(items: Iterable[Artifact], out: Path) -> list[str]:
+    """Paths whose committed text differs from what the config generates (missing files included)."""
+    differing = []
+    for item in items:
+        target = out / item.path
+        try:
+            current = target.read_text()
+        except OSError:
+            current = None
+        if current != item.text:
+            differing.append(item.path)
+    return differing

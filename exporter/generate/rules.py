@@ -1,0 +1,423 @@
+"""Prometheus recording and alerting rules built from the config: pure functions, deterministic text.
+
+`artifacts(config)` returns the rule file (`rules/plimsoll.rules.yaml`) and the same groups as a prometheus-operator
+`PrometheusRule` (`deploy/kubernetes/prometheusrule.yaml`); `expressions(config)` lists every rule's expression,
+for the test that runs them against a real Prometheus.
+
+What comes from the config: each SLO's latency threshold and objective and the SLO period (the burn-rate factors,
+derived by `exporter.slo.burn_rate_factors`), the KV-usage saturation threshold and the lead time. What does not
+(module constants below, documented in rules/RUNBOOK.md): the gate under which no trend pages, the fleet headroom
+floor, the drift and VRAM-growth limits, the `for` durations, and the exporter's job name.
+
+Label conventions the expressions rely on: engine series carry `target`, `engine`, `model`, `dp_rank`; Prometheus
+adds `job` and `instance` at scrape time. The daemon runs one per node (DaemonSet or systemd), so `instance` (the
+daemon's address) stands for the node in the fleet aggregates.
+
+Recording rules follow `level:metric:operations`. SLI error ratios are per `target`, `model` and `slo`, summed over
+nodes, so replicas that share a target name (one DaemonSet config on every node) are one service.
+"""
+
+from typing import Any
+
+import yaml
+
+from exporter.config import Config, SloConfig
+from exporter.generate import Artifact
+from exporter.slo import BurnWindow, burn_rate_factors
+
+RULES_PATH = "rules/plimsoll.rules.yaml"
+PROMETHEUS_RULE_PATH = "deploy/kubernetes/prometheusrule.yaml"
+
+# Where runbook_url points: rules/RUNBOOK.md with the alert's name, lowercased, as the anchor. Point it at your own
+# copy (a fork, an internal wiki) by changing this constant and running `plimsoll generate`.
+RUNBOOK_URL = "https://github.com/plimsoll-dev/plimsoll/blob/main/rules/RUNBOOK.md"
+
+# The scrape job(s) of the daemon. Plain scrape configs usually name it `plimsoll`; prometheus-operator names a
+# PodMonitor's job `<namespace>/<podmonitor>` and a ServiceMonitor's after the Service, hence the regex on both sides.
+EXPORTER_JOB_REGEX = ".*plimsoll.*"
+
+# "Saturation ahead" needs usage above this share of the threshold (0.6 x 0.90 = 54%): a trend from a nearly empty
+# cache is too noisy to page on, and above the gate a trend reaching the threshold within the lead time still
+# leaves time to act.
+SATURATION_GATE_FRACTION = 0.6
+# The hold of "saturation ahead" (one spike does not page); the trend horizon is lead time + this hold, so that an
+# alert that fired after the hold still has the full lead time before saturation at a steady trend.
+SATURATION_AHEAD_FOR_SECONDS = 300.0
+# predict_linear's window: long enough that one scrape barely moves the fit.
+SATURATION_TREND_WINDOW_SECONDS = 1800.0
+# Fewer requests of p95 footprint than this fitting across all replicas of a model: scale out.
+FLEET_HEADROOM_MIN_REQUESTS = 10
+# |engine KV capacity - model KV capacity| / model KV capacity above this: misconfiguration or a co-tenant.
+CAPACITY_DRIFT_RATIO = 0.2
+# Unexplained VRAM growing faster than this (least-squares slope over 1 h): a leak or another tenant.
+VRAM_GROWTH_BYTES_PER_HOUR = 2 * 1024**3
+
+GROUP_SLI = "plimsoll-sli.rules"
+GROUP_FLEET = "plimsoll-fleet.rules"
+GROUP_CAPACITY = "plimsoll-capacity.alerts"
+GROUP_SLO = "plimsoll-slo.alerts"
+GROUP_EXPORTER = "plimsoll-exporter.alerts"
+
+_ENGINE = "{{ $labels.model }} on {{ $labels.target }}"
+_WHERE = "(node {{ $labels.instance }}{{ if $labels.dp_rank }}, dp_rank {{ $labels.dp_rank }}{{ end }})"
+
+_UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001))
+
+
+def duration(seconds: float) -> str:
+    """A Prometheus duration: "5m", "1d", "2m30s", "500ms"."""
+    if seconds <= 0:
+        raise ValueError(f"duration {seconds!r} is not positive")
+    milliseconds = round(seconds * 1000)
+    parts = []
+    for unit, size in _UNITS:
+        size_ms = round(size * 1000)
+        if milliseconds >= size_ms:
+            count, milliseconds = divmod(milliseconds, size_ms)
+            parts.append(f"{count}{unit}")
+    if not parts:
+        raise ValueError(f"duration {seconds!r} is shorter than a millisecond")
+    return "".join(parts)
+
+
+def _number(value: float) -> str:
+    """A PromQL literal without float noise: 14.4, 0.54, 2147483648."""
+    return f"{value:.12g}"
+
+
+def _percent(ratio: float) -> str:
+    return f"{ratio * 100:.6g}%"
+
+
+def _runbook(alert: str) -> str:
+    return f"{RUNBOOK_URL}#{alert.lower()}"
+
+
+def _alert(
+    name: str, expr: str, for_seconds: float, severity: str, summary: str, description: str, **labels: str
+) -> dict[str, Any]:
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": duration(for_seconds),
+        "labels": {"severity": severity, **labels},
+        "annotations": {"summary": summary, "description": description, "runbook_url": _runbook(name)},
+    }
+
+
+def sli_windows(config: Config) -> list[float]:
+    """Every window the burn-rate alerts read, in seconds, shortest first."""
+    if not config.slos:
+        return []
+    windows = set()
+    for slo in config.slos:
+        for window in _burn_windows(config, slo):
+            windows.update((window.long_window_seconds, window.short_window_seconds))
+    return sorted(windows)
+
+
+def _burn_windows(config: Config, slo: SloConfig) -> list[BurnWindow]:
+    return burn_rate_factors(slo.objective, config.slo_period_seconds / 86400.0)
+
+
+def error_ratio_record(window_seconds: float) -> str:
+    return f"target_model_slo:plimsoll_slo_errors:ratio_rate{duration(window_seconds)}"
+
+
+def _sli_group(config: Config) -> dict[str, Any]:
+    rules = []
+    for window in sli_windows(config):
+        w = duration(window)
+        rules.append(
+            {
+                "record": error_ratio_record(window),
+                "expr": (
+                    "1 - (\n"
+                    f"  sum by (target, model, slo) (rate(plimsoll_slo_good_requests_total[{w}]))\n"
+                    "  /\n"
+                    f"  sum by (target, model, slo) (rate(plimsoll_slo_requests_total[{w}]))\n"
+                    ")\n"
+                ),
+            }
+        )
+    return {"name": GROUP_SLI, "rules": rules}
+
+
+# (metric, the one label value it is restricted to or None, aggregations): the fleet aggregates, by model and by
+# node (instance) and model. A restricting label stays on the result (source="engine", footprint="p95"), so the
+# series says what it counts.
+_FLEET: tuple[tuple[str, tuple[str, str] | None, tuple[str, ...]], ...] = (
+    ("plimsoll_kv_cache_capacity_tokens", ("source", "engine"), ("sum",)),
+    ("plimsoll_kv_cache_used_tokens", None, ("sum",)),
+    ("plimsoll_kv_cache_headroom_tokens", None, ("sum",)),
+    ("plimsoll_headroom_requests", ("footprint", "p95"), ("sum",)),
+    ("plimsoll_kv_cache_usage_ratio", None, ("max", "avg")),
+    ("plimsoll_requests_running", None, ("sum",)),
+    ("plimsoll_requests_waiting", None, ("sum",)),
+)
+FLEET_LEVELS = {"model": ("model",), "instance_model": ("instance", "model")}
+
+
+def headroom_requests_record() -> str:
+    return "model:plimsoll_headroom_requests:sum"
+
+
+def _fleet_group() -> dict[str, Any]:
+    rules = []
+    for level, labels in FLEET_LEVELS.items():
+        for metric, only, operations in _FLEET:
+            by = ", ".join((*labels, only[0]) if only else labels)
+            selector = f'{{{only[0]}="{only[1]}"}}' if only else ""
+            for operation in operations:
+                rules.append(
+                    {"record": f"{level}:{metric}:{operation}", "expr": f"{operation} by ({by}) ({metric}{selector})"}
+                )
+        rules.append(
+            {
+                "record": f"{level}:plimsoll_preemptions:rate5m",
+                "expr": f"sum by ({', '.join(labels)}) (rate(plimsoll_preemptions_total[5m]))",
+            }
+        )
+    return {"name": GROUP_FLEET, "rules": rules}
+
+
+def _capacity_group(config: Config) -> dict[str, Any]:
+    threshold = config.saturation_kv_usage
+    lead = config.lead_time_seconds
+    horizon = lead + SATURATION_AHEAD_FOR_SECONDS
+    gate = SATURATION_GATE_FRACTION * threshold
+    t, h, g = _number(threshold), _number(horizon), _number(gate)
+    trend = duration(SATURATION_TREND_WINDOW_SECONDS)
+    ahead = _alert(
+        "PlimsollKVCacheSaturationAhead",
+        (
+            f"plimsoll_kv_cache_usage_ratio > {g}\n"
+            "and\n"
+            "(\n"
+            f"  plimsoll_saturation_eta_seconds < {h}\n"
+            "  or\n"
+            f"  predict_linear(plimsoll_kv_cache_usage_ratio[{trend}], {h}) > {t}\n"
+            ")\n"
+        ),
+        SATURATION_AHEAD_FOR_SECONDS,
+        "page",
+        f"{_ENGINE}: KV cache reaches {_percent(threshold)} within about {duration(lead)}",
+        f"The KV cache of {_ENGINE} {_WHERE} is {{{{ $value | humanizePercentage }}}} full and rising: at the "
+        f"current trend it reaches the {_percent(threshold)} saturation threshold within about {duration(lead)}, "
+        "after which requests queue and get preempted. Scale out or shed load now.",
+    )
+    saturated = _alert(
+        "PlimsollKVCacheSaturated",
+        (
+            f"plimsoll_kv_cache_usage_ratio >= {t}\n"
+            "and\n"
+            "(\n"
+            "  plimsoll_requests_waiting > 0\n"
+            "  or\n"
+            "  increase(plimsoll_preemptions_total[5m]) > 0\n"
+            ")\n"
+        ),
+        300,
+        "page",
+        f"{_ENGINE}: KV cache saturated, requests queue or are preempted",
+        f"The KV cache of {_ENGINE} {_WHERE} is {{{{ $value | humanizePercentage }}}} full (threshold "
+        f"{_percent(threshold)}) and requests are waiting or being preempted: latency is rising now. Scale out, "
+        "shed load, or lower max_num_seqs / max_model_len.",
+    )
+    preemptions = _alert(
+        "PlimsollPreemptions",
+        "increase(plimsoll_preemptions_total[5m]) > 0\n",
+        600,
+        "ticket",
+        f"{_ENGINE}: the engine keeps preempting requests",
+        f"{_ENGINE} {_WHERE} preempted {{{{ $value | humanize }}}} requests in the last 5m, continuously for 10m: "
+        "the KV cache runs out and running requests are evicted and recomputed.",
+    )
+    headroom = _alert(
+        "PlimsollFleetHeadroomLow",
+        f'{headroom_requests_record()}{{footprint="p95"}} < {FLEET_HEADROOM_MIN_REQUESTS}\n',
+        900,
+        "ticket",
+        "{{ $labels.model }}: fewer than "
+        f"{FLEET_HEADROOM_MIN_REQUESTS} more p95-size requests fit across the fleet",
+        "Across all replicas of {{ $labels.model }}, only {{ $value | humanize }} more requests of the p95 "
+        f"footprint fit in the KV caches (floor: {FLEET_HEADROOM_MIN_REQUESTS}), for 15m. Scale out this model.",
+    )
+    drift = _alert(
+        "PlimsollCapacityModelDrift",
+        (
+            f"plimsoll_model_capacity_error_ratio > {_number(CAPACITY_DRIFT_RATIO)}\n"
+            "or\n"
+            f"plimsoll_model_capacity_error_ratio < -{_number(CAPACITY_DRIFT_RATIO)}\n"
+        ),
+        1800,
+        "info",
+        f"{_ENGINE}: the engine's KV pool differs from the capacity model by over {_percent(CAPACITY_DRIFT_RATIO)}",
+        f"The KV pool that {_ENGINE} {_WHERE} allocated differs from what Plimsoll's capacity model predicts for its "
+        "configured deployment by {{ $value | humanizePercentage }} (engine - model, relative to the model). "
+        "Check gpu_memory_utilization, max_model_len, kv_cache_dtype and tensor_parallel in the config, and "
+        "whether another process shares the GPU.",
+    )
+    vram = _alert(
+        "PlimsollVRAMUnexplainedGrowing",
+        f"deriv(plimsoll_vram_unexplained_bytes[1h]) * 3600 > {_number(VRAM_GROWTH_BYTES_PER_HOUR)}\n",
+        900,
+        "ticket",
+        "GPU {{ $labels.gpu }} on {{ $labels.instance }}: memory the capacity model does not explain keeps growing",
+        "Memory on GPU {{ $labels.gpu }} (node {{ $labels.instance }}) that the capacity models of its targets do "
+        "not explain grows by {{ $value | humanize1024 }}B per hour (1h trend; limit "
+        f"{VRAM_GROWTH_BYTES_PER_HOUR // 1024**3}GiB/h): a memory leak in the engine, or another tenant on the GPU.",
+    )
+    return {"name": GROUP_CAPACITY, "rules": [ahead, saturated, preemptions, headroom, drift, vram]}
+
+
+def _burn_threshold(window: BurnWindow, objective: float) -> str:
+    if window.error_ratio >= 1:
+        # The objective is too loose for this burn rate to be reachable (more errors than requests): fire when
+        # every request fails instead of never.
+        return ">= 1"
+    return f"> ({_number(window.factor)} * (1 - {_number(objective)}))"
+
+
+def _slo_group(config: Config) -> dict[str, Any]:
+    rules = []
+    period = duration(config.slo_period_seconds)
+    for slo in config.slos:
+        for window in _burn_windows(config, slo):
+            long, short = duration(window.long_window_seconds), duration(window.short_window_seconds)
+            compare = _burn_threshold(window, slo.objective)
+            selector = f'{{slo="{slo.name}"}}'
+            factor = _number(window.factor)
+            rules.append(
+                _alert(
+                    "PlimsollSLOErrorBudgetBurn",
+                    (
+                        f"{error_ratio_record(window.long_window_seconds)}{selector} {compare}\n"
+                        "and\n"
+                        f"{error_ratio_record(window.short_window_seconds)}{selector} {compare}\n"
+                    ),
+                    # Half the short window, as kube-prometheus' KubeAPIErrorBudgetBurn: 2m30s, 15m, 1h, 3h.
+                    window.short_window_seconds / 2,
+                    window.severity,
+                    f"{_ENGINE}: {slo.name} error budget burning at {factor}x or more",
+                    f"{{{{ $value | humanizePercentage }}}} of {slo.name} requests to {_ENGINE} took over "
+                    f"{duration(slo.threshold_seconds)} in the last {long} (and in the last {short}), against an "
+                    f"objective of {_percent(slo.objective)} within it: the error budget burns at {factor}x or more "
+                    f"the rate a {period} period allows, and {_percent(window.budget_fraction)} of it is gone in "
+                    f"{long}.",
+                    slo=slo.name,
+                    long_window=long,
+                    short_window=short,
+                )
+            )
+    return {"name": GROUP_SLO, "rules": rules}
+
+
+def _exporter_group() -> dict[str, Any]:
+    down = _alert(
+        "PlimsollTargetDown",
+        "plimsoll_target_up == 0\n",
+        300,
+        "ticket",
+        "Plimsoll cannot read engine target {{ $labels.target }} on {{ $labels.instance }}",
+        "Plimsoll on {{ $labels.instance }} has failed to poll the engine target {{ $labels.target }} for 5m: "
+        "its capacity and SLO alerts are blind. The engine is down, or its /metrics is unreachable or unreadable.",
+    )
+    nvml = _alert(
+        "PlimsollNVMLDown",
+        "plimsoll_nvml_up == 0\n",
+        600,
+        "ticket",
+        "Plimsoll on {{ $labels.instance }} cannot read GPU memory through NVML",
+        "NVML has not answered Plimsoll on {{ $labels.instance }} for 10m (no driver in the container, a lost "
+        "GPU, or nvml disabled): engine metrics still flow, but per-GPU VRAM and unexplained memory are missing.",
+    )
+    absent = _alert(
+        "PlimsollExporterAbsent",
+        f'absent(up{{job=~"{EXPORTER_JOB_REGEX}"}} == 1)\nor\nabsent(plimsoll_build_info)\n',
+        600,
+        "ticket",
+        "No Plimsoll exporter is being scraped",
+        f'For 10m no scrape job matching job=~"{EXPORTER_JOB_REGEX}" has been up, or no plimsoll_build_info series '
+        "exists: every Plimsoll alert is blind. The daemon is down, or Prometheus does not scrape it (under that "
+        "job name).",
+    )
+    return {"name": GROUP_EXPORTER, "rules": [down, nvml, absent]}
+
+
+def groups(config: Config) -> list[dict[str, Any]]:
+    """The rule groups, as the data a Prometheus rule file holds."""
+    found = []
+    if config.slos:
+        found.append(_sli_group(config))
+    found.append(_fleet_group())
+    found.append(_capacity_group(config))
+    if config.slos:
+        found.append(_slo_group(config))
+    found.append(_exporter_group())
+    return found
+
+
+def expressions(config: Config) -> list[tuple[str, str, str]]:
+    """(group, rule name, expression) for every recording and alerting rule."""
+    return [
+        (group["name"], rule.get("record") or rule["alert"], rule["expr"])
+        for group in groups(config)
+        for rule in group["rules"]
+    ]
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper writing multi-line strings (the expressions) as literal blocks."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def _dump(data: Any) -> str:
+    # No folding: a folded annotation is valid YAML but hard to read and to diff.
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=1 << 16, allow_unicode=True)
+
+
+def _header(config: Config) -> str:
+    slos = ", ".join(f"{s.name} {duration(s.threshold_seconds)} at {_percent(s.objective)}" for s in config.slos)
+    return (
+        "# Generated by `plimsoll generate` from the config; edit the config and regenerate, not this file.\n"
+        f"# SLOs: {slos or 'none'} over {duration(config.slo_period_seconds)}; "
+        f"saturation: KV usage {_number(config.saturation_kv_usage)}, lead time "
+        f"{duration(config.lead_time_seconds)}.\n"
+        "# Runbook: rules/RUNBOOK.md\n"
+    )
+
+
+def _prometheus_rule(config: Config) -> str:
+    resource = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "plimsoll",
+            "labels": {
+                "app.kubernetes.io/name": "plimsoll",
+                "app.kubernetes.io/component": "alerting-rules",
+                "release": "kube-prometheus-stack",
+            },
+        },
+        "spec": {"groups": groups(config)},
+    }
+    return (
+        _header(config) + "#\n"
+        "# The `release` label is what kube-prometheus-stack's Prometheus selects rules by (its ruleSelector matches\n"
+        "# `release: <Helm release name>`): set it to your release's name, or drop it where the Prometheus selects\n"
+        "# every PrometheusRule (Helm value prometheus.prometheusSpec.ruleSelectorNilUsesHelmValues: false).\n"
+        "# No namespace is set: apply it with -n, or set it with kustomize.\n" + _dump(resource)
+    )
+
+
+def artifacts(config: Config) -> list[Artifact]:
+    rule_file = _header(config) + _dump({"groups": groups(config)})
+    return [Artifact(RULES_PATH, rule_file), Artifact(PROMETHEUS_RULE_PATH, _prometheus_rule(config))]

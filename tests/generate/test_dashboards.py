@@ -1,0 +1,311 @@
+"""The Grafana dashboards: modern panels, the variables, units, thresholds taken from the config, only the metric
+names the daemon exports, and output that is deterministic and matches the committed files."""
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.collector import SnapshotCollector
+from exporter.config import Config, SloConfig, load_config
+from exporter.generate import dashboards
+from exporter.snapshot import Snapshot
+from exporter.sources.nvml import NvmlSnapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "deploy" / "plimsoll.example.yaml"
+MODERN_TYPES = {"timeseries", "stat", "gauge", "bargauge", "table"}
+PROMQL_FUNCTIONS = {"sum", "min", "max", "count", "group", "rate", "histogram_quantile", "vector"}
+PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset"}
+
+
+@pytest.fixture(scope="module")
+def example() -> Config:
+    return load_config(EXAMPLE)
+
+
+def built(config: Config) -> dict[str, dict[str, Any]]:
+    return {item.path: json.loads(item.text) for item in dashboards.artifacts(config)}
+
+
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel but row headers."""
+    for panel in dashboard["panels"]:
+        if panel["type"] != "row":
+            yield panel
+        yield from panel.get("panels", [])
+
+
+def all_panels(config: Config) -> Iterator[tuple[str, dict[str, Any]]]:
+    for path, dashboard in built(config).items():
+        for panel in panels(dashboard):
+            yield path, panel
+
+
+def exported_metric_names() -> set[str]:
+    """What the daemon's collector exposes, family by family (an NVML-up snapshot, so GPU families are there too)."""
+    nvml = NvmlSnapshot(up=True, driver_version="x", gpus=(), error=None)
+    snapshot = Snapshot(taken_at=0.0, ready=True, nvml=nvml, targets=())
+    names = set()
+    for family in SnapshotCollector(lambda: snapshot, lambda: []).collect():
+        names.add(family.name + {"counter": "_total", "info": "_info"}.get(family.type, ""))
+    return names
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names in a PromQL expression: identifiers outside strings, label matchers, ranges and label lists
+    that are neither functions, aggregations nor keywords. Fails on a function it does not know."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}", "", text)
+    text = re.sub(r"\[[^\]]*\]", "", text)
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
+    names = set()
+    for match in re.finditer(r"(?<![\w.:])([A-Za-z_:][\w:]*)(\s*\()?", text):
+        word, call = match.groups()
+        if call:
+            assert word in PROMQL_FUNCTIONS, f"unknown PromQL function {word!r} in {expr!r}"
+        elif word not in PROMQL_KEYWORDS:
+            names.add(word)
+    return names
+
+
+def threshold_steps(panel: dict[str, Any]) -> list[tuple[list[float], str]]:
+    """(step values, thresholds style) of the panel's defaults and of each override that sets thresholds."""
+    defaults = panel["fieldConfig"]["defaults"]
+    style = defaults.get("custom", {}).get("thresholdsStyle", {}).get("mode", "")
+    found = [([s["value"] for s in defaults["thresholds"]["steps"][1:]], style)]
+    for override in panel["fieldConfig"].get("overrides", []):
+        props = {p["id"]: p["value"] for p in override["properties"]}
+        if "thresholds" in props:
+            mode = props.get("custom.thresholdsStyle", {}).get("mode", style)
+            found.append(([s["value"] for s in props["thresholds"]["steps"][1:]], mode))
+    return found
+
+
+def drawn_lines(panel: dict[str, Any]) -> set[float]:
+    return {value for values, style in threshold_steps(panel) if "line" in style for value in values}
+
+
+def panel_titled(config: Config, title: str) -> dict[str, Any]:
+    matches = [panel for _, panel in all_panels(config) if panel["title"] == title]
+    assert len(matches) == 1, f"{len(matches)} panels titled {title!r}"
+    return matches[0]
+
+
+def queries_of(panel: dict[str, Any]) -> list[str]:
+    return [target["expr"] for target in panel["targets"]]
+
+
+def test_three_dashboards_with_fixed_uids(example):
+    found = {path: dashboard["uid"] for path, dashboard in built(example).items()}
+    assert found == {
+        "dashboards/plimsoll-fleet.json": "plimsoll-fleet",
+        "dashboards/plimsoll-instance.json": "plimsoll-instance",
+        "dashboards/plimsoll-capacity-plan.json": "plimsoll-capacity-plan",
+    }
+
+
+def test_every_panel_is_a_modern_type(example):
+    for path, panel in all_panels(example):
+        assert panel["type"] in MODERN_TYPES, f"{path}: {panel['title']!r} is a {panel['type']} panel"
+
+
+def test_every_dashboard_has_the_datasource_variable_and_model_node_target_variables(example):
+    for path, dashboard in built(example).items():
+        variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+        assert set(variables) == {"datasource", "node", "model", "target"}, path
+        assert variables["datasource"]["type"] == "datasource"
+        assert variables["datasource"]["query"] == "prometheus"
+        for name, label in (("node", "instance"), ("model", "model"), ("target", "target")):
+            variable = variables[name]
+            assert variable["type"] == "query"
+            assert variable["datasource"] == dashboards.DATASOURCE
+            assert variable["multi"] and variable["includeAll"] and variable["allValue"] == ".*"
+            assert re.fullmatch(rf"label_values\(plimsoll_\w+(\{{[^}}]*\}})?, {label}\)", variable["query"]), variable[
+                "query"
+            ]
+
+
+def test_every_panel_and_query_reads_the_datasource_variable(example):
+    for path, panel in all_panels(example):
+        assert panel["datasource"] == dashboards.DATASOURCE, f"{path}: {panel['title']}"
+        assert panel["targets"], f"{path}: {panel['title']} has no query"
+        for target in panel["targets"]:
+            assert target["datasource"] == dashboards.DATASOURCE
+
+
+def test_every_panel_has_a_unit_and_a_description(example):
+    for path, panel in all_panels(example):
+        assert panel["fieldConfig"]["defaults"].get("unit"), f"{path}: {panel['title']!r} has no unit"
+        assert len(panel.get("description") or "") > 40, f"{path}: {panel['title']!r} says not what it answers"
+
+
+def test_every_query_filters_on_the_variables_it_can(example):
+    for _, panel in all_panels(example):
+        for expr in queries_of(panel):
+            if panel["title"] == dashboards.ENGINE_HISTOGRAM_PANEL:
+                assert 'model_name=~"$model"' in expr
+            else:
+                assert 'instance=~"$node"' in expr, expr
+            if re.search(r"plimsoll_(kv_cache|headroom|requests|slo_\w*requests|model|saturation_eta)", expr):
+                assert 'target=~"$target"' in expr and 'model=~"$model"' in expr, expr
+
+
+def test_queries_use_only_metric_names_the_daemon_exports(example):
+    exported = exported_metric_names()
+    assert {"plimsoll_kv_cache_usage_ratio", "plimsoll_preemptions_total", "plimsoll_build_info"} <= exported
+    engine_native = set()
+    for dashboard, title, expr in dashboards.queries(example):
+        unknown = metric_names(expr) - exported
+        if title == dashboards.ENGINE_HISTOGRAM_PANEL:
+            assert all(name.startswith("vllm:") for name in unknown), expr
+            engine_native |= unknown
+        else:
+            assert not unknown, f"{dashboard} / {title}: {sorted(unknown)} are not series the daemon exports"
+    assert engine_native == set(dashboards.VLLM_HISTOGRAMS.values())
+    for dashboard in built(example).values():
+        for variable in dashboard["templating"]["list"][1:]:
+            assert metric_names(re.sub(r"^label_values\((.*), \w+\)$", r"\1", variable["query"])) <= exported
+
+
+def test_metric_name_parser_finds_names_and_skips_labels_and_functions():
+    expr = (
+        'sum by (instance, gpu) (group by (instance, gpu, target) (a_bytes{target!=""}) * on (instance, target) '
+        'group_left () b:c_total{x="y"}[5m]) / (1 - 0.99) or vector(0)'
+    )
+    assert metric_names(expr) == {"a_bytes", "b:c_total"}
+
+
+def test_queries_list_every_query_of_every_panel_and_render_substitutes_the_variables(example):
+    listed = dashboards.queries(example)
+    expected = [
+        (dashboard["title"], panel["title"], expr)
+        for dashboard in built(example).values()
+        for panel in panels(dashboard)
+        for expr in queries_of(panel)
+    ]
+    assert listed == expected
+    for _, _, expr in listed:
+        rendered = dashboards.render(expr)
+        assert "$" not in rendered
+        assert "[$__rate_interval]" not in rendered
+    assert dashboards.render('up{instance=~"$node"}[$__rate_interval]') == 'up{instance=~".*"}[5m]'
+    assert dashboards.render('x{model=~"$model"}', {"model": "llama"}) == 'x{model=~"llama"}'
+
+
+def test_slo_latency_thresholds_are_drawn_as_lines_and_follow_the_config(example):
+    panel = panel_titled(example, dashboards.ENGINE_HISTOGRAM_PANEL)
+    assert drawn_lines(panel) == {s.threshold_seconds for s in example.slos} == {0.5, 0.05, 30.0}
+    for expr, slo in zip(queries_of(panel), example.slos, strict=True):
+        assert expr.startswith(f"histogram_quantile({slo.objective}, ")
+
+    stricter = replace(example, slos=(SloConfig("ttft", 0.25, 0.995), *example.slos[1:]))
+    panel = panel_titled(stricter, dashboards.ENGINE_HISTOGRAM_PANEL)
+    assert drawn_lines(panel) == {0.25, 0.05, 30.0}
+    assert queries_of(panel)[0].startswith("histogram_quantile(0.995, ")
+
+
+def test_slo_objectives_are_drawn_on_the_sli_panels(example):
+    for slo, title in zip(
+        example.slos,
+        ("TTFT SLI: requests within 500 ms", "ITL SLI: requests within 50 ms", "End-to-end SLI: requests within 30 s"),
+        strict=True,
+    ):
+        panel = panel_titled(example, title)
+        assert panel["fieldConfig"]["defaults"]["unit"] == "percentunit"
+        assert drawn_lines(panel) == {slo.objective}
+        assert all(f'slo="{slo.name}"' in expr for expr in queries_of(panel))
+
+    changed = replace(example, slos=(SloConfig("ttft", 0.2, 0.95),))
+    assert drawn_lines(panel_titled(changed, "TTFT SLI: requests within 200 ms")) == {0.95}
+    titles = {panel["title"] for _, panel in all_panels(changed)}
+    assert not any(title.startswith(("ITL SLI", "End-to-end SLI")) for title in titles)
+
+
+def test_burn_rate_panel_divides_by_each_objectives_budget_and_draws_the_page_factor(example):
+    panel = panel_titled(example, "SLO burn rate over 1h, per model")
+    assert drawn_lines(panel) == {1.0, 14.4}
+    assert [expr.endswith("/ (1 - 0.99)") for expr in queries_of(panel)] == [True, True, True]
+    four_weeks = replace(example, slo_period_seconds=28 * 86400.0, slos=(SloConfig("ttft", 0.5, 0.999),))
+    panel = panel_titled(four_weeks, "SLO burn rate over 1h, per model")
+    assert sorted(drawn_lines(panel)) == pytest.approx([1.0, 0.02 * 28 * 24])
+    assert queries_of(panel)[0].endswith("/ (1 - 0.999)")
+
+
+@pytest.mark.parametrize("kv_usage", [0.9, 0.8])
+def test_saturation_threshold_is_on_every_kv_usage_panel(example, kv_usage):
+    config = replace(example, saturation_kv_usage=kv_usage)
+    usage_panels = [
+        panel
+        for _, panel in all_panels(config)
+        if any("plimsoll_kv_cache_usage_ratio" in expr for expr in queries_of(panel))
+    ]
+    assert len(usage_panels) == 3
+    for panel in usage_panels:
+        values = {v for values, _ in threshold_steps(panel) for v in values}
+        assert values == {kv_usage}, panel["title"]
+        if panel["type"] == "timeseries":
+            assert drawn_lines(panel) == {kv_usage}
+
+
+def test_time_to_saturation_shows_never_for_inf_and_turns_red_inside_the_lead_time(example):
+    config = replace(example, lead_time_seconds=600.0)
+    eta_panels = [
+        panel
+        for _, panel in all_panels(config)
+        if any("plimsoll_saturation_eta_seconds" in expr for expr in queries_of(panel))
+    ]
+    assert len(eta_panels) == 3
+    for panel in eta_panels:
+        defaults = panel["fieldConfig"]["defaults"]
+        assert defaults["unit"] == "s"
+        steps = defaults["thresholds"]["steps"]
+        assert [s["color"] for s in steps] == ["red", "orange", "green"]
+        assert [s["value"] for s in steps[1:]] == [600.0, 1200.0]
+        (mapping,) = defaults["mappings"]
+        assert mapping["type"] == "value"
+        assert {key: value["text"] for key, value in mapping["options"].items()} == {
+            "+Inf": "never",
+            "Infinity": "never",
+        }
+
+
+def test_no_slos_configured_leaves_out_the_slo_panels():
+    for _, panel in all_panels(Config()):
+        assert "slo" not in " ".join(queries_of(panel)) and "vllm:" not in " ".join(queries_of(panel))
+
+
+def test_panels_sit_on_the_grid_without_overlapping(example):
+    for path, dashboard in built(example).items():
+        cells: dict[tuple[int, int], str] = {}
+        ids = [panel["id"] for panel in dashboard["panels"]]
+        assert len(ids) == len(set(ids)) and None not in ids, path
+        for panel in dashboard["panels"]:
+            pos = panel["gridPos"]
+            assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24, f"{path}: {panel['title']}"
+            for x in range(pos["x"], pos["x"] + pos["w"]):
+                for y in range(pos["y"], pos["y"] + pos["h"]):
+                    assert (x, y) not in cells, f"{path}: {panel['title']!r} overlaps {cells[(x, y)]!r}"
+                    cells[(x, y)] = panel["title"]
+
+
+def test_output_is_deterministic(example):
+    first = dashboards.artifacts(example)
+    second = dashboards.artifacts(load_config(EXAMPLE))
+    assert first == second
+    for item in first:
+        assert item.text.endswith("}\n")
+        assert json.loads(item.text)["version"] == 0 and json.loads(item.text)["id"] is None
+
+
+def test_committed_dashboards_match_the_example_config(example):
+    for item in dashboards.artifacts(example):
+        committed = ROOT / item.path
+        assert committed.exists(), f"{item.path} is not committed"
+        assert committed.read_text() == item.text, (
+            f"{item.path} is stale: regenerate with plimsoll generate --config deploy/plimsoll.example.yaml --out ."
+        )

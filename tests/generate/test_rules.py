@@ -1,0 +1,363 @@
+"""The generated Prometheus rules: their structure, their link to the config, and the real tools' verdict.
+
+promtool and amtool come from Debian's packages through deploy/local/fetch-prometheus-tools.sh (into
+.cache/prometheus-tools); the tests that run them skip only when that script says this machine cannot have them
+(exit 3: no apt-get or dpkg, or the packages are not in its apt sources).
+"""
+
+import re
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from exporter.config import Config, SloConfig, load_config
+from exporter.generate import rules, stale
+from exporter.slo import burn_rate_factors
+from exporter.units import parse_duration
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_CONFIG = ROOT / "deploy" / "plimsoll.example.yaml"
+RULE_FILE = ROOT / "rules" / "plimsoll.rules.yaml"
+RULE_TESTS = sorted((ROOT / "rules" / "tests").glob("*.yaml"))
+RUNBOOK = ROOT / "rules" / "RUNBOOK.md"
+ALERTMANAGER_CONFIG = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
+FETCH_SCRIPT = ROOT / "deploy" / "local" / "fetch-prometheus-tools.sh"
+TOOLS_DIR = ROOT / ".cache" / "prometheus-tools"
+CANNOT_FETCH = 3  # the script's exit status when this machine cannot have the tools
+
+ALERTS = {
+    "PlimsollKVCacheSaturationAhead",
+    "PlimsollKVCacheSaturated",
+    "PlimsollPreemptions",
+    "PlimsollSLOErrorBudgetBurn",
+    "PlimsollFleetHeadroomLow",
+    "PlimsollCapacityModelDrift",
+    "PlimsollVRAMUnexplainedGrowing",
+    "PlimsollTargetDown",
+    "PlimsollNVMLDown",
+    "PlimsollExporterAbsent",
+}
+SLOS = (
+    SloConfig("ttft", 0.5, 0.99),
+    SloConfig("itl", 0.05, 0.99),
+    SloConfig("e2e", 30.0, 0.99),
+)
+
+
+@pytest.fixture(scope="session")
+def example_config() -> Config:
+    return load_config(EXAMPLE_CONFIG)
+
+
+@pytest.fixture(scope="session")
+def prometheus_tools() -> dict[str, str]:
+    """The four binaries' paths, fetched on first use; the versions the script printed under "versions"."""
+    result = subprocess.run(
+        ["bash", str(FETCH_SCRIPT), str(TOOLS_DIR)], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+    if result.returncode == CANNOT_FETCH:
+        reason = f"promtool/amtool cannot be had on this machine: {result.stderr.strip()}"
+        print(reason)
+        pytest.skip(reason)
+    assert result.returncode == 0, f"fetch-prometheus-tools.sh failed:\n{result.stdout}\n{result.stderr}"
+    bin_dir = TOOLS_DIR / "usr" / "bin"
+    tools = {name: str(bin_dir / name) for name in ("promtool", "prometheus", "amtool", "alertmanager")}
+    return {**tools, "versions": result.stdout}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def _groups(config: Config) -> list[dict]:
+    text = next(a.text for a in rules.artifacts(config) if a.path == rules.RULES_PATH)
+    return yaml.safe_load(text)["groups"]
+
+
+def _alerts(config: Config) -> list[dict]:
+    return [rule for group in _groups(config) for rule in group["rules"] if "alert" in rule]
+
+
+def _burn_thresholds(config: Config, slo: str) -> list[tuple[str, str, float, float]]:
+    """(long window, short window, factor, objective) read back from each burn alert's expression."""
+    found = []
+    for rule in _alerts(config):
+        if rule["alert"] == "PlimsollSLOErrorBudgetBurn" and rule["labels"]["slo"] == slo:
+            factor, objective = re.search(r"> \(([0-9.e+-]+) \* \(1 - ([0-9.]+)\)\)", rule["expr"]).groups()
+            found.append(
+                (rule["labels"]["long_window"], rule["labels"]["short_window"], float(factor), float(objective))
+            )
+    return found
+
+
+def _github_anchors(markdown: str) -> set[str]:
+    anchors = set()
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^a-z0-9 _-]", "", title).replace(" ", "-"))
+    return anchors
+
+
+# Structure
+
+
+def test_every_alert_has_severity_hold_summary_description_and_a_runbook_section(example_config):
+    anchors = _github_anchors(RUNBOOK.read_text())
+    alerts = _alerts(example_config)
+    assert {rule["alert"] for rule in alerts} == ALERTS
+    for rule in alerts:
+        assert rule["labels"]["severity"] in ("page", "ticket", "info"), rule["alert"]
+        assert parse_duration(rule["for"]) > 0, rule["alert"]
+        annotations = rule["annotations"]
+        assert annotations["summary"].strip() and annotations["description"].strip(), rule["alert"]
+        url = annotations["runbook_url"]
+        assert url.startswith(f"{rules.RUNBOOK_URL}#"), url
+        assert url.rsplit("#", 1)[1] in anchors, f"{rule['alert']}: no section for {url} in rules/RUNBOOK.md"
+
+
+def test_the_runbook_has_no_section_for_an_alert_that_does_not_exist():
+    sections = re.findall(r"^## (Plimsoll\w+)", RUNBOOK.read_text(), flags=re.MULTILINE)
+    assert sorted(sections) == sorted(ALERTS)
+
+
+def test_descriptions_carry_the_value_and_the_labels_a_person_needs(example_config):
+    up_or_down = ("PlimsollTargetDown", "PlimsollNVMLDown", "PlimsollExporterAbsent")  # their value is always 0 or 1
+    for rule in _alerts(example_config):
+        description = rule["annotations"]["description"]
+        assert ("$value" in description) != (rule["alert"] in up_or_down), rule["alert"]
+        if rule["alert"] not in (*up_or_down, "PlimsollVRAMUnexplainedGrowing"):  # series without a model label
+            assert "$labels.model" in description, rule["alert"]
+        if rule["alert"] in ("PlimsollKVCacheSaturationAhead", "PlimsollKVCacheSaturated", "PlimsollTargetDown"):
+            assert "$labels.target" in description and "$labels.instance" in description, rule["alert"]
+    ratios = [r for r in _alerts(example_config) if r["alert"].startswith(("PlimsollKVCache", "PlimsollSLO"))]
+    assert all("humanizePercentage" in r["annotations"]["description"] for r in ratios)
+
+
+def test_recording_rules_follow_level_metric_operations(example_config):
+    for group in _groups(example_config):
+        for rule in group["rules"]:
+            if "record" in rule:
+                level, metric, operations = rule["record"].split(":")
+                assert level and operations, rule["record"]
+                assert metric.startswith("plimsoll_"), rule["record"]
+
+
+def test_fleet_aggregates_by_model_and_by_node(example_config):
+    records = {rule["record"] for group in _groups(example_config) for rule in group["rules"] if "record" in rule}
+    for level in ("model", "instance_model"):
+        assert {
+            f"{level}:plimsoll_kv_cache_capacity_tokens:sum",
+            f"{level}:plimsoll_kv_cache_headroom_tokens:sum",
+            f"{level}:plimsoll_headroom_requests:sum",
+            f"{level}:plimsoll_kv_cache_usage_ratio:max",
+            f"{level}:plimsoll_kv_cache_usage_ratio:avg",
+        } <= records
+
+
+def test_the_example_config_gives_the_workbook_burn_rates(example_config):
+    # 99% over 30 days: page at 14.4x over 1h/5m and 6x over 6h/30m, ticket at 3x over 1d/2h and 1x over 3d/6h.
+    for slo in ("ttft", "itl", "e2e"):
+        assert _burn_thresholds(example_config, slo) == [
+            ("1h", "5m", 14.4, 0.99),
+            ("6h", "30m", 6.0, 0.99),
+            ("1d", "2h", 3.0, 0.99),
+            ("3d", "6h", 1.0, 0.99),
+        ]
+    severities = [(r["labels"]["severity"], r["for"]) for r in _alerts(example_config) if r["labels"].get("slo")]
+    assert severities[:4] == [("page", "2m30s"), ("page", "15m"), ("ticket", "1h"), ("ticket", "3h")]
+
+
+def test_a_stricter_objective_lowers_the_error_ratio_that_fires():
+    config = Config(slos=(SloConfig("ttft", 0.5, 0.999),))
+    thresholds = _burn_thresholds(config, "ttft")
+    expected = burn_rate_factors(0.999, 30)
+    assert [(f, o) for _, _, f, o in thresholds] == [(pytest.approx(w.factor), 0.999) for w in expected]
+    error_ratios = [f * (1 - o) for _, _, f, o in thresholds]
+    assert error_ratios == pytest.approx([w.error_ratio for w in expected])
+    assert error_ratios[0] == pytest.approx(0.0144)
+
+
+def test_a_shorter_period_lowers_the_burn_factors():
+    config = Config(slos=(SloConfig("itl", 0.05, 0.99),), slo_period_seconds=7 * 86400.0)
+    factors = [f for _, _, f, _ in _burn_thresholds(config, "itl")]
+    assert factors == pytest.approx([w.factor for w in burn_rate_factors(0.99, 7)])
+    assert factors == pytest.approx([3.36, 1.4, 0.7, 0.7 / 3])
+    descriptions = [r["annotations"]["description"] for r in _alerts(config) if r["labels"].get("slo")]
+    assert all("a 7d period" in d for d in descriptions)
+
+
+def test_a_burn_rate_beyond_every_request_failing_fires_when_all_fail():
+    # 90% objective: 14.4x the 10% budget is 144% of requests, which cannot happen; that window fires at 100%.
+    config = Config(slos=(SloConfig("e2e", 30.0, 0.9),))
+    exprs = [r["expr"] for r in _alerts(config) if r["labels"].get("long_window") == "1h"]
+    assert len(exprs) == 1 and exprs[0].count(">= 1\n") == 2
+
+
+def test_burn_alerts_exist_only_for_the_configured_slos():
+    only_ttft = Config(slos=(SloConfig("ttft", 0.3, 0.995),))
+    burn = [r for r in _alerts(only_ttft) if r["alert"] == "PlimsollSLOErrorBudgetBurn"]
+    assert len(burn) == 4 and {r["labels"]["slo"] for r in burn} == {"ttft"}
+    assert "took over 300ms" in burn[0]["annotations"]["description"]
+    assert "objective of 99.5%" in burn[0]["annotations"]["description"]
+    no_slos = Config()
+    names = [group["name"] for group in _groups(no_slos)]
+    assert rules.GROUP_SLI not in names and rules.GROUP_SLO not in names
+    assert "PlimsollSLOErrorBudgetBurn" not in {r["alert"] for r in _alerts(no_slos)}
+
+
+def test_sli_recording_rules_cover_every_window_the_burn_alerts_read(example_config):
+    groups = {group["name"]: group["rules"] for group in _groups(example_config)}
+    recorded = {rule["record"] for rule in groups[rules.GROUP_SLI]}
+    read = {
+        name for rule in groups[rules.GROUP_SLO] for name in re.findall(r"target_model_slo:\S+?(?=\{)", rule["expr"])
+    }
+    assert read == recorded
+    assert [rules.duration(w) for w in rules.sli_windows(example_config)] == ["5m", "30m", "1h", "2h", "6h", "1d", "3d"]
+
+
+def test_saturation_alerts_follow_the_configured_threshold_and_lead_time():
+    config = Config(saturation_kv_usage=0.8, lead_time_seconds=600.0)
+    alerts = {r["alert"]: r for r in _alerts(config)}
+    ahead = alerts["PlimsollKVCacheSaturationAhead"]["expr"]
+    # Gate at 0.6 x 80%; horizon = lead time + the 5m hold.
+    assert "plimsoll_kv_cache_usage_ratio > 0.48" in ahead
+    assert "plimsoll_saturation_eta_seconds < 900" in ahead
+    assert "predict_linear(plimsoll_kv_cache_usage_ratio[30m], 900) > 0.8" in ahead
+    assert "plimsoll_kv_cache_usage_ratio >= 0.8" in alerts["PlimsollKVCacheSaturated"]["expr"]
+    assert "within about 10m" in alerts["PlimsollKVCacheSaturationAhead"]["annotations"]["summary"]
+
+
+def test_prometheus_rule_holds_the_same_groups_as_the_rule_file(example_config):
+    texts = {a.path: a.text for a in rules.artifacts(example_config)}
+    assert set(texts) == {rules.RULES_PATH, rules.PROMETHEUS_RULE_PATH}
+    resource = yaml.safe_load(texts[rules.PROMETHEUS_RULE_PATH])
+    assert resource["apiVersion"] == "monitoring.coreos.com/v1"
+    assert resource["kind"] == "PrometheusRule"
+    assert resource["metadata"]["name"] == "plimsoll"
+    assert "release" in resource["metadata"]["labels"]
+    assert "release" in texts[rules.PROMETHEUS_RULE_PATH].split("apiVersion")[0]  # the comment that explains it
+    assert resource["spec"]["groups"] == yaml.safe_load(texts[rules.RULES_PATH])["groups"]
+
+
+def test_generation_is_deterministic(example_config):
+    assert rules.artifacts(example_config) == rules.artifacts(load_config(EXAMPLE_CONFIG))
+    assert rules.artifacts(example_config) == rules.artifacts(replace(example_config, source="elsewhere.yaml"))
+
+
+def test_expressions_list_every_rule_with_its_group(example_config):
+    listed = rules.expressions(example_config)
+    groups = _groups(example_config)
+    assert len(listed) == sum(len(group["rules"]) for group in groups)
+    assert {group for group, _, _ in listed} == {group["name"] for group in groups}
+    assert {name for _, name, _ in listed} >= ALERTS
+    assert all(expr.strip() for _, _, expr in listed)
+
+
+def test_committed_rule_files_are_what_the_example_config_generates(example_config):
+    assert stale(rules.artifacts(example_config), ROOT) == [], (
+        "regenerate: plimsoll generate --config deploy/plimsoll.example.yaml --out ."
+    )
+
+
+def test_every_alert_has_promtool_tests_that_fire_and_that_stay_quiet():
+    fired, quiet = set(), set()
+    for path in RULE_TESTS:
+        document = yaml.safe_load(path.read_text())
+        assert document["rule_files"] == ["../plimsoll.rules.yaml"], path.name
+        for test in document["tests"]:
+            for check in test.get("alert_rule_test", []):
+                (fired if check.get("exp_alerts") else quiet).add(check["alertname"])
+    assert fired == ALERTS
+    assert quiet == ALERTS
+
+
+# The real tools
+
+
+def test_the_fetched_tools_are_recent_enough(prometheus_tools):
+    versions = dict(re.findall(r"^(\w+), version (\d+\.\d+)", prometheus_tools["versions"], flags=re.MULTILINE))
+    minimum = {"promtool": (2, 42), "prometheus": (2, 42), "amtool": (0, 25), "alertmanager": (0, 25)}
+    for tool, at_least in minimum.items():
+        assert tuple(int(p) for p in versions[tool].split(".")) >= at_least, prometheus_tools["versions"]
+
+
+def test_promtool_accepts_the_rules_with_every_lint_fatal(prometheus_tools, example_config, tmp_path):
+    odd = Config(slos=(SloConfig("ttft", 0.25, 0.999), SloConfig("e2e", 10.0, 0.9)), slo_period_seconds=7 * 86400.0)
+    paths = [RULE_FILE]
+    for name, config in (("example", example_config), ("odd", odd), ("defaults", Config())):
+        path = tmp_path / f"{name}.rules.yaml"
+        path.write_text(next(a.text for a in rules.artifacts(config) if a.path == rules.RULES_PATH))
+        paths.append(path)
+    result = _run(prometheus_tools["promtool"], "check", "rules", "--lint=all", "--lint-fatal", *map(str, paths))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("SUCCESS") == len(paths), result.stdout
+
+
+def test_promtool_rule_unit_tests_pass(prometheus_tools):
+    result = _run(prometheus_tools["promtool"], "test", "rules", *(str(p.relative_to(ROOT)) for p in RULE_TESTS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("SUCCESS") == len(RULE_TESTS), result.stdout
+
+
+def test_amtool_accepts_the_alertmanager_config(prometheus_tools):
+    result = _run(prometheus_tools["amtool"], "check-config", str(ALERTMANAGER_CONFIG))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("labels", "receiver"),
+    [
+        (["severity=page", "alertname=PlimsollKVCacheSaturationAhead"], "pager"),
+        (["severity=ticket", "alertname=PlimsollPreemptions"], "ticket"),
+        (["severity=info", "alertname=PlimsollCapacityModelDrift"], "info"),
+        (["alertname=SomethingElse"], "ticket"),
+    ],
+)
+def test_alertmanager_routes_by_severity(prometheus_tools, labels, receiver):
+    result = _run(
+        prometheus_tools["amtool"],
+        "config",
+        "routes",
+        "test",
+        f"--config.file={ALERTMANAGER_CONFIG}",
+        f"--verify.receivers={receiver}",
+        *labels,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_saturated_inhibits_saturation_ahead_for_the_same_engine():
+    config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+    inhibitions = [
+        rule
+        for rule in config["inhibit_rules"]
+        if rule["source_matchers"] == ['alertname="PlimsollKVCacheSaturated"']
+        and rule["target_matchers"] == ['alertname="PlimsollKVCacheSaturationAhead"']
+    ]
+    assert len(inhibitions) == 1
+    assert {"target", "model"} <= set(inhibitions[0]["equal"])
+
+
+def test_the_fetch_script_says_what_to_do_without_apt(tmp_path):
+    # A PATH with the shell and coreutils the script needs, and neither apt-get nor dpkg.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname", "mkdir", "mktemp", "rm", "cat", "id"):
+        found = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
+        (bin_dir / tool).symlink_to(found)
+    result = subprocess.run(
+        [str(bin_dir / "bash"), str(FETCH_SCRIPT), str(tmp_path / "tools")],
+        env={"PATH": str(bin_dir)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == CANNOT_FETCH, result.stderr
+    assert "promtool/prometheus 2.42+ and amtool/alertmanager 0.25+" in result.stderr
+    assert f"{tmp_path / 'tools'}/usr/bin" in result.stderr
+    assert not (tmp_path / "tools").exists()
