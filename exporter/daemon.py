@@ -6,6 +6,7 @@ time and I/O; everything it derives comes from the pure modules.
 """
 
 import asyncio
+import glob
 import json
 import logging
 import math
@@ -168,9 +169,11 @@ class Daemon:
         return scan_targets() if config.scan_local_ports else ()
 
     def refresh_target_files(self) -> None:
-        """Re-read file_sd files; a broken file keeps the targets it had (an editor's half-saved file is common)."""
+        """Re-read file_sd files (globs allowed, as in Prometheus); a broken file keeps the targets it had (an
+        editor's half-saved file is common)."""
         found: list[Target] = []
-        for path in self.config.target_files:
+        paths = sorted({p for pattern in self.config.target_files for p in glob.glob(pattern)})
+        for path in paths:
             try:
                 with open(path) as handle:
                     found.extend(parse_target_file(handle.read(), path))

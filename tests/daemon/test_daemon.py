@@ -189,3 +189,17 @@ def test_an_unexplained_process_falls_back_to_the_only_target_configured_on_its_
     labels, gpus = _process_labels(Target("pinned", "http://127.0.0.1:9/metrics", gpus=("1",)))
     assert labels == {("0", str(os.getpid())): "mine", ("0", "4000001"): "", ("1", "4000002"): "pinned"}
     assert gpus == {"mine": ("0",), "pinned": ("1",)}
+
+
+def test_target_files_are_globbed_and_a_broken_one_keeps_the_last_good_targets(tmp_path):
+    (tmp_path / "a.json").write_text('[{"targets": ["127.0.0.1:8000"], "labels": {"model": "m"}}]')
+    (tmp_path / "b.json").write_text('[{"targets": ["127.0.0.1:30000"]}]')
+    daemon = Daemon(Config(target_files=(str(tmp_path / "*.json"),), nvml=False))
+    daemon.refresh_target_files()
+    assert sorted(t.url for t in daemon.targets()) == [
+        "http://127.0.0.1:30000/metrics",
+        "http://127.0.0.1:8000/metrics",
+    ]
+    (tmp_path / "b.json").write_text('[{"targets": ')  # half-saved
+    daemon.refresh_target_files()
+    assert len(daemon.targets()) == 2

@@ -1,0 +1,47 @@
+"""The Kubernetes manifests and the Dockerfile's config path: valid against Kubernetes' own schemas."""
+
+import yaml
+from kubernetes_validate import validate
+
+from exporter.config import parse_config
+from tests.conftest import TESTS
+
+KUBERNETES = TESTS.parent / "deploy" / "kubernetes"
+KUBERNETES_VERSION = "1.30.0"
+
+
+def _documents():
+    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
+    for name in kustomization["resources"]:
+        for document in yaml.safe_load_all((KUBERNETES / name).read_text()):
+            yield name, document
+
+
+def test_every_kustomization_resource_exists_and_parses():
+    names = {name for name, _ in _documents()}
+    assert names == set(yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())["resources"])
+
+
+def test_builtin_kinds_validate_against_the_kubernetes_schema():
+    checked = 0
+    for _, document in _documents():
+        if document["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # a CRD: kubernetes-validate has no schema for the Prometheus Operator's kinds
+        validate(document, KUBERNETES_VERSION, strict=True)
+        checked += 1
+    assert checked >= 3
+
+
+def test_daemonset_can_attribute_gpu_processes_and_probes_the_endpoints():
+    (daemonset,) = [d for _, d in _documents() if d["kind"] == "DaemonSet"]
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    (container,) = pod["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_configmap_holds_a_valid_plimsoll_config():
+    (configmap,) = [d for _, d in _documents() if d["kind"] == "ConfigMap"]
+    config = parse_config(configmap["data"]["plimsoll.yaml"], "configmap plimsoll", environ={})
+    assert config.port == 19842 and config.target_files
