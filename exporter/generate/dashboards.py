@@ -94,23 +94,31 @@ class PromTarget(g.Target):
         }
 
 
+def _gauge_field_config(panel: g.GaugePanel | g.BarGauge, **extra: Any) -> dict[str, Any]:
+    """The fieldConfig current Grafana reads for gauges and bar gauges (grafanalib writes the Grafana 6 one)."""
+    defaults = {
+        "decimals": panel.decimals,
+        "mappings": panel.valueMaps,
+        "max": panel.max,
+        "min": panel.min,
+        "unit": panel.format,
+        **extra,
+    }
+    return {"defaults": defaults, "overrides": []}
+
+
+def _reduce_options(panel: g.GaugePanel | g.BarGauge) -> dict[str, Any]:
+    return {"calcs": [panel.calc], "fields": "", "values": panel.allValues}
+
+
 class Gauge(g.GaugePanel):
     def to_json_data(self) -> dict[str, Any]:
         return self.panel_json(
             {
-                "fieldConfig": {
-                    "defaults": {
-                        "decimals": self.decimals,
-                        "mappings": self.valueMaps,
-                        "max": self.max,
-                        "min": self.min,
-                        "unit": self.format,
-                    },
-                    "overrides": [],
-                },
+                "fieldConfig": _gauge_field_config(self),
                 "options": {
                     "orientation": "auto",
-                    "reduceOptions": {"calcs": [self.calc], "fields": "", "values": self.allValues},
+                    "reduceOptions": _reduce_options(self),
                     "showThresholdLabels": self.thresholdLabels,
                     "showThresholdMarkers": self.thresholdMarkers,
                 },
@@ -123,21 +131,11 @@ class BarGauge(g.BarGauge):
     def to_json_data(self) -> dict[str, Any]:
         return self.panel_json(
             {
-                "fieldConfig": {
-                    "defaults": {
-                        "color": {"mode": "thresholds"},
-                        "decimals": self.decimals,
-                        "mappings": self.valueMaps,
-                        "max": self.max,
-                        "min": self.min,
-                        "unit": self.format,
-                    },
-                    "overrides": [],
-                },
+                "fieldConfig": _gauge_field_config(self, color={"mode": "thresholds"}),
                 "options": {
                     "displayMode": self.displayMode,
                     "orientation": self.orientation,
-                    "reduceOptions": {"calcs": [self.calc], "fields": "", "values": self.allValues},
+                    "reduceOptions": _reduce_options(self),
                     "showUnfilled": True,
                     "valueMode": "color",
                 },
