@@ -1,8 +1,7 @@
 """The generated Prometheus rules: their structure, their link to the config, and the real tools' verdict.
 
-promtool and amtool come from Debian's packages through deploy/local/fetch-prometheus-tools.sh (into
-.cache/prometheus-tools); the tests that run them skip only when that script says this machine cannot have them
-(exit 3: no apt-get or dpkg, or the packages are not in its apt sources).
+promtool and amtool come from the `prometheus_tools` fixture (tests/generate/conftest.py), which skips only when
+this machine cannot have them.
 """
 
 import re
@@ -25,7 +24,6 @@ RULE_TESTS = sorted((ROOT / "rules" / "tests").glob("*.yaml"))
 RUNBOOK = ROOT / "rules" / "RUNBOOK.md"
 ALERTMANAGER_CONFIG = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 FETCH_SCRIPT = ROOT / "deploy" / "local" / "fetch-prometheus-tools.sh"
-TOOLS_DIR = ROOT / ".cache" / "prometheus-tools"
 CANNOT_FETCH = 3  # the script's exit status when this machine cannot have the tools
 
 ALERTS = {
@@ -50,22 +48,6 @@ SLOS = (
 @pytest.fixture(scope="session")
 def example_config() -> Config:
     return load_config(EXAMPLE_CONFIG)
-
-
-@pytest.fixture(scope="session")
-def prometheus_tools() -> dict[str, str]:
-    """The four binaries' paths, fetched on first use; the versions the script printed under "versions"."""
-    result = subprocess.run(
-        ["bash", str(FETCH_SCRIPT), str(TOOLS_DIR)], cwd=ROOT, capture_output=True, text=True, timeout=900
-    )
-    if result.returncode == CANNOT_FETCH:
-        reason = f"promtool/amtool cannot be had on this machine: {result.stderr.strip()}"
-        print(reason)
-        pytest.skip(reason)
-    assert result.returncode == 0, f"fetch-prometheus-tools.sh failed:\n{result.stdout}\n{result.stderr}"
-    bin_dir = TOOLS_DIR / "usr" / "bin"
-    tools = {name: str(bin_dir / name) for name in ("promtool", "prometheus", "amtool", "alertmanager")}
-    return {**tools, "versions": result.stdout}
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
