@@ -25,6 +25,7 @@ from exporter.capacity.weights import DtypeError
 from exporter.catalog import CatalogError, find_gpu, gpu_presets, load_model, model_presets
 from exporter.config import DEFAULT_LISTEN, Config, ConfigError, Target, load_config
 from exporter.plan_output import fleet_table, plan_table
+from exporter.target_model import resolve
 from exporter.units import parse_duration, parse_size
 
 EXIT_OK = 0
@@ -284,18 +285,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _check_config(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    problems = []
-    for target in config.targets:
-        if target.model:
-            try:
-                load_model(target.model)
-            except (CatalogError, ModelConfigError) as error:
-                problems.append(f"{config.source}: targets[{target.name}].model: {error}")
-        if target.gpu_type:
-            try:
-                find_gpu(target.gpu_type)
-            except CatalogError as error:
-                problems.append(f"{config.source}: targets[{target.name}].gpu_type: {error}")
+    problems = [
+        f"{config.source}: targets[{target.name}].{field_name}: {problem}"
+        for target in config.targets
+        for field_name, problem in resolve(target).problems
+    ]
     if problems:
         raise ConfigError(problems)
     print(f"{config.source}: ok, {len(config.targets)} static targets, {len(config.slos)} SLOs")

@@ -20,10 +20,8 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from exporter import __version__
-from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.plan import CapacityPlan
-from exporter.catalog import CatalogError, ModelConfigError, find_gpu, load_model
 from exporter.config import Config, ConfigError, Target, load_config, parse_target_file, scan_targets
 from exporter.headroom import capacity_error_ratio, headroom
 from exporter.slo import SloCounter, advance
@@ -33,7 +31,7 @@ from exporter.sources.engines.base import EngineReading, Histogram
 from exporter.sources.engines.llamacpp import capacity_from_slots
 from exporter.sources.nvml import GpuReading, NvmlReader, NvmlSnapshot
 from exporter.sources.processes import Attributor
-from exporter.target_model import model_plan
+from exporter.target_model import TargetCatalog, model_plan, resolve
 from exporter.trend import History, Point, eta_seconds
 
 log = logging.getLogger("plimsoll.daemon")
@@ -122,30 +120,22 @@ class Daemon:
         self._nvml = nvml
         self._attributor = attributor or Attributor()
         self._memory: dict[str, TargetMemory] = {}
-        self._models: dict[str, ModelArchitecture | None] = {}
-        self._gpu_types: dict[str, GpuSpec | None] = {}
+        self._catalogs: dict[tuple[str | None, str | None], TargetCatalog] = {}
         self._file_targets: tuple[Target, ...] = ()
         # The model's plan changes only when the engine's configuration does: computed once per configuration.
         self._plans: dict[tuple[str, str, tuple[tuple[str, str], ...], GpuSpec | None], CapacityPlan | None] = {}
         self.snapshot: Snapshot = EMPTY
         self.config = config
-        self._resolve_models(config)
 
-    def _resolve_models(self, config: Config) -> None:
-        """Load each target's model once; a bad model name disables its model metrics, not the target."""
-        for target in config.targets:
-            if target.model and target.name not in self._models:
-                try:
-                    self._models[target.name] = load_model(target.model)
-                except (CatalogError, ModelConfigError) as error:
-                    log.warning("target %s: no capacity model: %s", target.name, error)
-                    self._models[target.name] = None
-            if target.gpu_type and target.name not in self._gpu_types:
-                try:
-                    self._gpu_types[target.name] = find_gpu(target.gpu_type)
-                except CatalogError as error:
-                    log.warning("target %s: %s", target.name, error)
-                    self._gpu_types[target.name] = None
+    def _catalog(self, target: Target) -> TargetCatalog:
+        """The target's model and GPU preset, loaded on first sight (static and file_sd targets alike); a bad name
+        disables its model metrics, not the target, and is logged once."""
+        key = (target.model, target.gpu_type)
+        if key not in self._catalogs:
+            self._catalogs[key] = resolve(target)
+            for field_name, problem in self._catalogs[key].problems:
+                log.warning("target %s: %s: %s", target.name, field_name, problem)
+        return self._catalogs[key]
 
     def reload(self, path: str) -> bool:
         """Swap in a new config; a bad one is rejected (logged) and the running one stays."""
@@ -154,11 +144,9 @@ class Daemon:
         except ConfigError as error:
             log.error("config reload rejected, keeping the running config:\n%s", error)
             return False
-        self._models.clear()
-        self._gpu_types.clear()
+        self._catalogs.clear()
         self._plans.clear()
         self.config = new
-        self._resolve_models(new)
         log.info("config reloaded from %s: %d static targets", path, len(new.targets))
         return True
 
@@ -272,7 +260,7 @@ class Daemon:
             )
         histories = dict(memory.histories)
         counters = dict(memory.slo_counters)
-        gpu = self._gpu_types.get(target.name) or (GpuSpec(gpus[0].name, gpus[0].total_bytes) if gpus else None)
+        gpu = self._catalog(target).gpu or (GpuSpec(gpus[0].name, gpus[0].total_bytes) if gpus else None)
         instances = []
         for reading in readings:
             instances.append(self._instance(target, reading, gpu, histories, counters, now))
@@ -340,7 +328,7 @@ class Daemon:
         )
 
     def _model_plan(self, target: Target, reading: EngineReading, gpu: GpuSpec | None) -> CapacityPlan | None:
-        arch = self._models.get(target.name)
+        arch = self._catalog(target).arch
         if arch is None:
             return None
         key = (target.name, reading.engine, tuple(sorted(reading.engine_config.items())), gpu)

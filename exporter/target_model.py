@@ -6,20 +6,41 @@ KV dtype, an explicit KV pool size); what neither says falls back to the engine'
 """
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.architecture import ModelArchitecture, ModelConfigError
 from exporter.capacity.gpus import GpuSpec
+from exporter.capacity.kv import KV_DTYPE_BYTES
 from exporter.capacity.plan import CapacityPlan, Deployment, PlanError, plan
+from exporter.catalog import CatalogError, find_gpu, load_model
+from exporter.config import Target
+from exporter.sources.engines.series import label_int
 
-_KV_DTYPES = {"auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16", "half", "float32"}
+
+@dataclass(frozen=True)
+class TargetCatalog:
+    """What a target's `model` and `gpu_type` name, loaded once; `problems` are (field, message) pairs."""
+
+    arch: ModelArchitecture | None = None
+    gpu: GpuSpec | None = None
+    problems: tuple[tuple[str, str], ...] = ()
 
 
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value not in (None, "", "None") else None
-    except ValueError:
-        return None
+def resolve(target: Target) -> TargetCatalog:
+    """Load the target's model and GPU preset; a bad name is a problem to report, never an exception."""
+    arch = gpu = None
+    problems = []
+    if target.model:
+        try:
+            arch = load_model(target.model)
+        except (CatalogError, ModelConfigError) as error:
+            problems.append(("model", str(error)))
+    if target.gpu_type:
+        try:
+            gpu = find_gpu(target.gpu_type)
+        except CatalogError as error:
+            problems.append(("gpu_type", str(error)))
+    return TargetCatalog(arch, gpu, tuple(problems))
 
 
 def _float(value: str | None) -> float | None:
@@ -38,9 +59,9 @@ def deployment_for(configured: Deployment, engine: str, engine_config: Mapping[s
         gpu_memory_utilization=configured.gpu_memory_utilization or _float(engine_config.get("gpu_memory_utilization")),
         kv_cache_dtype=configured.kv_cache_dtype
         if configured.kv_cache_dtype != "auto"
-        else (reported_dtype if reported_dtype in _KV_DTYPES else "auto"),
-        block_size=configured.block_size or _int(engine_config.get("block_size")),
-        kv_cache_memory_bytes=configured.kv_cache_memory_bytes or _int(engine_config.get("kv_cache_memory_bytes")),
+        else (reported_dtype if reported_dtype in KV_DTYPE_BYTES else "auto"),
+        block_size=configured.block_size or label_int(engine_config, "block_size"),
+        kv_cache_memory_bytes=configured.kv_cache_memory_bytes or label_int(engine_config, "kv_cache_memory_bytes"),
     )
 
 

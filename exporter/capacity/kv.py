@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from exporter.capacity.architecture import FULL, SLIDING, ModelArchitecture
 
-_KV_DTYPE_BYTES = {
+KV_DTYPE_BYTES = {
     "fp8": 1,
     "fp8_e4m3": 1,
     "fp8_e5m2": 1,
@@ -36,9 +36,9 @@ def kv_dtype_bytes(kv_cache_dtype: str, weight_bytes: int) -> int:
     """ "auto" stores KV in the dtype the weights are served in."""
     if kv_cache_dtype == "auto":
         return weight_bytes
-    if kv_cache_dtype not in _KV_DTYPE_BYTES:
-        raise KvDtypeError(f"--kv-cache-dtype {kv_cache_dtype!r} is not one of auto, {', '.join(_KV_DTYPE_BYTES)}")
-    return _KV_DTYPE_BYTES[kv_cache_dtype]
+    if kv_cache_dtype not in KV_DTYPE_BYTES:
+        raise KvDtypeError(f"--kv-cache-dtype {kv_cache_dtype!r} is not one of auto, {', '.join(KV_DTYPE_BYTES)}")
+    return KV_DTYPE_BYTES[kv_cache_dtype]
 
 
 def kv_heads_per_gpu(arch: ModelArchitecture, tp: int) -> int:

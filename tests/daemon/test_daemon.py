@@ -203,3 +203,19 @@ def test_target_files_are_globbed_and_a_broken_one_keeps_the_last_good_targets(t
     (tmp_path / "b.json").write_text('[{"targets": ')  # half-saved
     daemon.refresh_target_files()
     assert len(daemon.targets()) == 2
+
+
+def test_file_sd_targets_get_the_model_their_labels_name(tmp_path):
+    from tests.conftest import TESTS
+
+    async def go():
+        async with page_server() as base, aiohttp.ClientSession() as session:
+            address = base.removeprefix("http://")
+            model = TESTS / "data" / "tiny-llama"
+            group = f'[{{"targets": ["{address}"], "labels": {{"__metrics_path__": "{PEAK}", "model": "{model}"}}}}]'
+            (tmp_path / "sd.json").write_text(group)
+            daemon = Daemon(Config(target_files=(str(tmp_path / "sd.json"),), nvml=False))
+            return await daemon.poll_once(session)
+
+    (instance,) = asyncio.run(go()).targets[0].instances
+    assert instance.model_plan is not None and instance.model_plan.pool.tokens == 4096
