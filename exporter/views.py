@@ -58,6 +58,7 @@ def _target_dict(state: TargetState) -> dict[str, Any]:
         "last_failure": state.last_failure,
         "failures_total": dict(state.failures_total),
         "last_success_timestamp": state.last_success_timestamp,
+        "scrape_duration_seconds": state.scrape_duration_seconds,
         "gpus": list(state.gpus),
         "instances": [_instance_dict(i) for i in state.instances],
     }
@@ -67,6 +68,7 @@ def state_dict(snapshot: Snapshot) -> dict[str, Any]:
     nvml = snapshot.nvml
     return {
         "taken_at": snapshot.taken_at,
+        "poll_duration_seconds": snapshot.poll_duration_seconds,
         "ready": snapshot.ready,
         "saturation_kv_usage": snapshot.saturation_kv_usage,
         "nvml": {

@@ -115,6 +115,7 @@ def test_state_api_and_status_page_show_each_target():
     targets = {t["target"]: t for t in state["targets"]}
     assert targets["tiny"]["instances"][0]["kv_cache_capacity_tokens"] == 4096
     assert targets["down"]["up"] is False and targets["down"]["last_failure"] == "http_status"
+    assert 0 < targets["tiny"]["scrape_duration_seconds"] <= state["poll_duration_seconds"]
     assert "tiny" in page and "down (http_status)" in page
 
 

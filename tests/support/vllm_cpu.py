@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import ipaddress
+import itertools
 import json
 import os
 import signal
@@ -157,6 +158,46 @@ def send_load(
         return tuple(future.result() for future in futures)
 
 
+def send_ramp(
+    base_url: str,
+    workers: int,
+    step_s: float,
+    hold_s: float,
+    max_tokens: int,
+    prompt_len: int,
+    *,
+    model: str = SERVED_MODEL_NAME,
+    timeout_s: float = 300.0,
+) -> tuple[RequestResult, ...]:
+    """Closed-loop load that grows one client at a time, then holds.
+
+    Client i starts `i * step_s` after the first and sends requests back to back until the last client has run for
+    `hold_s`; requests in flight then finish. Load changes over tens of seconds, so an observer that a busy
+    machine leaves unscheduled for a few seconds still sees the climb and the plateau.
+    """
+    _require_loopback(base_url)
+    if workers < 1 or step_s < 0 or hold_s < 0:
+        raise ValueError(f"need workers >= 1 and non-negative step_s and hold_s, not {workers}, {step_s}, {hold_s}")
+    started = time.monotonic()
+    stop = started + (workers - 1) * step_s + hold_s
+    deadline = started + timeout_s
+    indices = itertools.count()
+
+    def client(first_at: float) -> list[RequestResult]:
+        time.sleep(max(0.0, first_at - time.monotonic()))
+        results = []
+        while time.monotonic() < stop:
+            index = next(indices)
+            if index >= _MAX_LOAD_REQUESTS:
+                raise ValueError(f"the ramp would send more than {_MAX_LOAD_REQUESTS} requests; shorten it")
+            results.append(_complete(base_url, model, _prompt_tokens(index, prompt_len), max_tokens, deadline))
+        return results
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(client, started + i * step_s) for i in range(workers)]
+        return tuple(result for future in futures for result in future.result())
+
+
 def fetch_metrics(base_url: str, timeout_s: float = 10.0) -> str:
     """The engine's Prometheus exposition text."""
     _require_loopback(base_url)
@@ -241,6 +282,7 @@ def _server_argv(
     extra_args: Sequence[str],
 ) -> list[str]:
     return [
+        *_pin_to_one_cpu(),
         str(install.venv / "bin" / "vllm"),
         "serve",
         str(install.model_dir),
@@ -284,7 +326,26 @@ def _server_env(cache_dir: Path) -> dict[str, str]:
         VLLM_NO_USAGE_STATS="1",
         DO_NOT_TRACK="1",
     )
+    if engine_cpu := _engine_cpu():
+        env["VLLM_CPU_OMP_THREADS_BIND"] = engine_cpu
     return env
+
+
+def _engine_cpu() -> str | None:
+    """The one CPU the engine runs on, or None where the machine has only one.
+
+    Left to itself the engine busy-polls on every core. On a small VM that keeps all vCPUs saturated and the host
+    then throttles them: plimsoll, the tests and the engine's own API server stall for up to ten seconds at a time
+    (measured on the 2-vCPU CI machine). Confined to one CPU it is a little slower and nothing stalls. On a GPU
+    host the engine's work sits on the GPU and this question does not arise.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    return str(allowed[0]) if len(allowed) > 1 else None
+
+
+def _pin_to_one_cpu() -> list[str]:
+    engine_cpu = _engine_cpu()
+    return ["taskset", "--cpu-list", engine_cpu] if engine_cpu else []
 
 
 def _wait_ready(process: subprocess.Popen[bytes], server: VllmServer, timeout_s: float) -> None:
