@@ -43,8 +43,14 @@ _INPUT_ERRORS = (
 )
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Shows a flag's default where it has a real one and its help does not already say what it is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def _size(text: str) -> int:
@@ -129,7 +135,7 @@ def _add_probe(commands: argparse._SubParsersAction) -> None:
     p.add_argument("source", metavar="URL|FILE")
     p.add_argument("--engine", default="auto", help="force an engine vocabulary instead of detecting it")
     p.add_argument("--timeout", type=parse_duration, default=5.0, help="seconds to wait for the page")
-    p.add_argument("--format", default="table", choices=["table", "json"])
+    p.add_argument("--format", default="table", choices=["table", "json"], help="table for people, json for scripts")
     p.set_defaults(handler=_probe)
 
 
@@ -187,7 +193,7 @@ def _add_plan(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt-tokens", type=_positive, help="with --concurrency: prompt tokens per request")
     p.add_argument("--output-tokens", type=_positive, help="with --concurrency: output tokens per request")
     p.add_argument("--context", type=_positive, help="with --concurrency: total tokens per request")
-    p.add_argument("--format", default="table", choices=["table", "json"])
+    p.add_argument("--format", default="table", choices=["table", "json"], help="table for people, json for scripts")
     p.set_defaults(handler=_plan)
 
 
