@@ -3,9 +3,9 @@
 One run is recorded for the module: clients join one at a time, each sending requests back to back whose prompts
 take two blocks and whose outputs need two more, so KV usage climbs until the pool saturates, stays there while
 the engine preempts, and falls when the load stops. The daemon polls every 100 ms and its API is sampled every
-50 ms. The load changes over tens of seconds because a busy 2-core machine can leave both unscheduled for several
-seconds at a time; a burst of a second or two can fall entirely into such a gap. Each test checks one claim
-against that recording.
+50 ms. The load changes over tens of seconds rather than in a burst of a second or two: a throttled VM can leave
+the daemon unscheduled for a moment (see `_engine_cpu` in tests/support/vllm_cpu.py), and a short burst can fall
+entirely into such a gap. Each test checks one claim against that recording.
 """
 
 from __future__ import annotations
