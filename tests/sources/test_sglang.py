@@ -48,6 +48,17 @@ def test_dp_ranks_are_read_apart_with_max_over_their_tp_ranks():
     assert (second.instance, second.kv_cache_capacity_tokens) == ("1", 200000)
 
 
+def test_priority_scheduling_reads_the_total_not_the_sum_of_total_and_parts():
+    page = "".join(
+        f'sglang:num_queue_reqs{{model_name="m",priority="{priority}"}} {waiting}.0\n'
+        f'sglang:num_retracted_requests_total{{model_name="m",priority="{priority}"}} {retracted}.0\n'
+        for priority, waiting, retracted in (("", 5, 7), ("0", 3, 4), ("1", 2, 3))
+    )
+    [reading] = ADAPTER.read(parse(page))
+    assert reading.requests_waiting == 5.0
+    assert reading.preemptions_total == 7.0  # the parts alone add up to it too; total and parts would be 14
+
+
 def test_page_size_is_the_block_size_when_exported():
     page = 'sglang:token_usage{model_name="m"} 0.1\nsglang:page_size{model_name="m"} 64.0\n'
     [reading] = ADAPTER.read(parse(page))

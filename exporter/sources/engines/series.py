@@ -13,7 +13,7 @@ NaN values say nothing and are dropped.
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter.sources.engines.base import Detection, Histogram
 from exporter.sources.promtext import ParsedPage, Sample
@@ -49,6 +49,16 @@ def groups(page: ParsedPage, names: Iterable[str], instance_label: str | None, m
                     where[model_label] = model
                 found[instance, model] = Group(instance, model, where)
     return list(found.values())
+
+
+def totals_only(page: ParsedPage, names: Iterable[str], breakdown_labels: Sequence[str]) -> ParsedPage:
+    """The page with the series of `names` that carry a breakdown label with a value left out."""
+    samples = dict(page.samples)
+    for name in names:
+        kept = tuple(s for s in page.get(name) if not any(s.labels.get(label) for label in breakdown_labels))
+        if len(kept) != len(page.get(name)):
+            samples[name] = kept
+    return replace(page, samples=samples)
 
 
 def matching(samples: Iterable[Sample], where: Mapping[str, str]) -> list[Sample]:

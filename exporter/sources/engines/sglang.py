@@ -24,6 +24,7 @@ VOCABULARY = Vocabulary(
     instance_label="dp_rank",
     model_label="model_name",
     replica_labels=("tp_rank", "pp_rank", "moe_ep_rank"),
+    breakdown_labels=("priority",),
     running=("sglang:num_running_reqs",),
     waiting=("sglang:num_queue_reqs",),
     kv_usage=("sglang:token_usage",),

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.sources.engines.base import Detection, EngineReading
-from exporter.sources.engines.series import Group, counter, detection, gauge, groups, histogram
+from exporter.sources.engines.series import Group, counter, detection, gauge, groups, histogram, totals_only
 from exporter.sources.promtext import ParsedPage
 
 
@@ -23,6 +23,9 @@ class Vocabulary:
     instance_label: str | None = None  # the label that tells instances on one page apart
     model_label: str | None = None
     replica_labels: tuple[str, ...] = ()  # labels of copies of the same series (tensor-parallel ranks)
+    # Labels that split a series into parts beside a total that carries the label empty (SGLang's `priority`
+    # under priority scheduling): only the total is read, so a counter is not counted twice.
+    breakdown_labels: tuple[str, ...] = ()
     running: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
     kv_usage: tuple[str, ...] = ()  # 0..1
@@ -64,6 +67,8 @@ class Vocabulary:
         return groups(page, self.running + self.waiting + self.kv_usage, self.instance_label, self.model_label)
 
     def read(self, page: ParsedPage) -> list[EngineReading]:
+        if self.breakdown_labels:
+            page = totals_only(page, self.needs, self.breakdown_labels)
         readings = [(group, self.reading(page, group)) for group in self.groups(page)]
         if self.refine is None:
             return [reading for _, reading in readings]
