@@ -298,7 +298,8 @@ def _check_config(args: argparse.Namespace) -> int:
     ]
     if problems:
         raise ConfigError(problems)
-    print(f"{config.source}: ok, {len(config.targets)} static targets, {len(config.slos)} SLOs")
+    pods = f", pods on node {config.kubernetes.node}" if config.kubernetes else ""
+    print(f"{config.source}: ok, {len(config.targets)} static targets{pods}, {len(config.slos)} SLOs")
     return EXIT_OK
 
 

@@ -55,6 +55,19 @@ class SloConfig:
 
 
 @dataclass(frozen=True)
+class KubernetesDiscovery:
+    """Engine pods on one node, listed from the Kubernetes API (exporter/sources/kubernetes.py)."""
+
+    node: str
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    label_selector: str = ""
+    refresh_seconds: float = 30.0
+    api_url: str | None = None  # default: the in-cluster API server
+    token_file: str | None = None  # default: the pod's service-account token
+    ca_file: str | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     listen: str = DEFAULT_LISTEN
     poll_interval_seconds: float = 5.0
@@ -62,6 +75,7 @@ class Config:
     max_response_bytes: int = 8 * 1024 * 1024
     targets: tuple[Target, ...] = ()
     target_files: tuple[str, ...] = ()
+    kubernetes: KubernetesDiscovery | None = None
     scan_local_ports: bool = False
     slos: tuple[SloConfig, ...] = ()
     slo_period_seconds: float = 30 * 86400.0
@@ -269,6 +283,47 @@ def _slos(r: _Reader, raw: Any) -> tuple[SloConfig, ...]:
     return tuple(slos)
 
 
+_KUBERNETES_FIELDS = (
+    "enabled",
+    "node",
+    "namespaces",
+    "label_selector",
+    "refresh",
+    "api_url",
+    "token_file",
+    "ca_file",
+)
+
+
+def _kubernetes(r: _Reader, raw: Any, environ: Mapping[str, str]) -> KubernetesDiscovery | None:
+    path = "discovery.kubernetes"
+    data = r.mapping(raw, path)
+    r.unknown(data, path, _KUBERNETES_FIELDS)
+    if not data.get("enabled", False):
+        return None
+    node = str(data.get("node") or environ.get("NODE_NAME", ""))
+    if not node:
+        r.fail(
+            f"{path}.node",
+            "not set and NODE_NAME is not in the environment (give the pod NODE_NAME from the downward API, "
+            "fieldRef spec.nodeName, as deploy/kubernetes/daemonset.yaml does)",
+        )
+    namespaces = data.get("namespaces") or []
+    if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
+        r.fail(f"{path}.namespaces", "expected a list of namespace names (empty or absent: all namespaces)")
+        namespaces = []
+    p = f"{path}."
+    return KubernetesDiscovery(
+        node=node,
+        namespaces=tuple(namespaces),
+        label_selector=str(data.get("label_selector") or ""),
+        refresh_seconds=r.convert(data, "refresh", p, _positive_duration, 30.0),
+        api_url=r.convert(data, "api_url", p, _url, None),
+        token_file=str(data["token_file"]) if data.get("token_file") else None,
+        ca_file=str(data["ca_file"]) if data.get("ca_file") else None,
+    )
+
+
 _TOP_FIELDS = (
     "listen",
     "poll_interval",
@@ -286,7 +341,8 @@ _TOP_FIELDS = (
 def parse_config(text: str, source: str, environ: Mapping[str, str] | None = None) -> Config:
     """Validate a config document; raises ConfigError listing every problem found."""
     problems: list[str] = []
-    expanded = expand_env(text, os.environ if environ is None else environ, problems, source)
+    environ = os.environ if environ is None else environ
+    expanded = expand_env(text, environ, problems, source)
     try:
         raw = yaml.safe_load(expanded)
     except yaml.YAMLError as error:
@@ -303,7 +359,7 @@ def parse_config(text: str, source: str, environ: Mapping[str, str] | None = Non
     saturation = r.mapping(data.get("saturation"), "saturation")
     r.unknown(saturation, "saturation", ("kv_usage", "lead_time"))
     discovery = r.mapping(data.get("discovery"), "discovery")
-    r.unknown(discovery, "discovery", ("files", "scan_local_ports"))
+    r.unknown(discovery, "discovery", ("files", "kubernetes", "scan_local_ports"))
     files = discovery.get("files") or []
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         r.fail("discovery.files", "expected a list of file paths (Prometheus file_sd format)")
@@ -316,6 +372,7 @@ def parse_config(text: str, source: str, environ: Mapping[str, str] | None = Non
         max_response_bytes=r.convert(data, "max_response_size", "", parse_size, 8 * 1024 * 1024),
         targets=tuple(t for t in targets if t is not None),
         target_files=tuple(str(base / f) for f in files),
+        kubernetes=_kubernetes(r, discovery.get("kubernetes"), environ),
         scan_local_ports=bool(discovery.get("scan_local_ports", False)),
         slos=_slos(r, data.get("slos")),
         slo_period_seconds=r.convert(data, "slo_period", "", _positive_duration, 30 * 86400.0),

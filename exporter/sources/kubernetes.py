@@ -1,0 +1,202 @@
+"""Engine pods on this node, from the Kubernetes API: the DaemonSet's way to find its targets.
+
+Each refresh lists the pods scheduled to this node (`fieldSelector=spec.nodeName=...`, the same narrow query the
+kubelet's neighbours make) and turns the running ones into targets. A list every 30 s per node is lighter on the
+API server than a watch per node and needs no resume logic; a pod that starts is picked up within one refresh.
+
+Which pods, and where their page is, comes from annotations, Prometheus' conventions first understood:
+
+    plimsoll.io/scrape: "false"        leave this pod out
+    plimsoll.io/port: "8000"           else prometheus.io/port, else the first container port that is an
+                                       engine's usual one (8000, 30000, 8002, 8080, 23333); no port, no target
+    plimsoll.io/path: /metrics         else prometheus.io/path
+    plimsoll.io/scheme: http           else prometheus.io/scheme
+    plimsoll.io/engine: vllm           else detected from the page
+    plimsoll.io/model: meta-llama/Llama-3.1-8B-Instruct   a preset, for the model's metrics
+
+The API server, token and CA default to the in-cluster service account's; the token is re-read on every refresh
+because projected tokens rotate. A failed refresh keeps the targets of the last good one.
+"""
+
+import json
+import logging
+import os
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+
+from exporter.config import SCAN_PORTS, KubernetesDiscovery, Target
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+_ANNOTATION_PREFIXES = ("plimsoll.io/", "prometheus.io/")
+_MAX_LIST_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PodTargets:
+    targets: tuple[Target, ...]
+    problems: tuple[str, ...]  # one line per pod left out for a reason its owner can fix
+
+
+def _annotation(annotations: Mapping[str, str], name: str) -> str | None:
+    for prefix in _ANNOTATION_PREFIXES:
+        if value := annotations.get(prefix + name):
+            return value
+    return None
+
+
+def _port(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> int | str | None:
+    """The annotated port, or an engine's usual port among the containers'; a bad annotation is returned as is."""
+    annotated = _annotation(annotations, "port")
+    if annotated is not None:
+        return int(annotated) if annotated.isdigit() and 0 < int(annotated) < 65536 else annotated
+    for container in pod.get("spec", {}).get("containers", []):
+        for port in container.get("ports", []):
+            if port.get("containerPort") in SCAN_PORTS and port.get("protocol", "TCP") == "TCP":
+                return port["containerPort"]
+    return None
+
+
+def pod_targets(pod_list: Mapping[str, Any]) -> PodTargets:
+    """Targets from a PodList (GET /api/v1/pods): one per running pod with an IP and a port to read."""
+    targets: list[Target] = []
+    problems: list[str] = []
+    for pod in pod_list.get("items") or []:
+        metadata = pod.get("metadata", {})
+        annotations = metadata.get("annotations") or {}
+        name = f"{metadata.get('namespace', 'default')}/{metadata.get('name', '?')}"
+        ip = pod.get("status", {}).get("podIP")
+        if annotations.get("plimsoll.io/scrape") == "false" or pod.get("status", {}).get("phase") != "Running":
+            continue
+        if not ip:
+            continue
+        port = _port(pod, annotations)
+        if port is None:
+            continue
+        if isinstance(port, str):
+            problems.append(f"pod {name}: annotation port {port!r} is not a TCP port number; pod left out")
+            continue
+        host = f"[{ip}]" if ":" in ip else ip
+        path = _annotation(annotations, "path") or "/metrics"
+        scheme = _annotation(annotations, "scheme") or "http"
+        targets.append(
+            Target(
+                name=name,
+                url=f"{scheme}://{host}:{port}/{path.lstrip('/')}",
+                engine=annotations.get("plimsoll.io/engine", "auto"),
+                model=annotations.get("plimsoll.io/model"),
+                source="kubernetes",
+            )
+        )
+    return PodTargets(tuple(targets), tuple(problems))
+
+
+class PodDiscovery:
+    """The pods on this node as targets, refreshed at most once per `settings.refresh_seconds`."""
+
+    def __init__(
+        self,
+        settings: KubernetesDiscovery,
+        timeout_seconds: float,
+        *,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.settings = settings
+        self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+        self._environ = os.environ if environ is None else environ
+        self._clock = clock
+        self._next_refresh = -float("inf")
+        self._reported: set[str] = set()
+        self.targets: tuple[Target, ...] = ()
+
+    def api_url(self) -> str | None:
+        if self.settings.api_url:
+            return self.settings.api_url.rstrip("/")
+        host, port = self._environ.get("KUBERNETES_SERVICE_HOST"), self._environ.get("KUBERNETES_SERVICE_PORT")
+        if not host or not port:
+            return None
+        return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+    def list_urls(self, api: str) -> list[str]:
+        query: dict[str, str] = {"fieldSelector": f"spec.nodeName={self.settings.node}"}
+        if self.settings.label_selector:
+            query["labelSelector"] = self.settings.label_selector
+        paths = [f"/api/v1/namespaces/{ns}/pods" for ns in self.settings.namespaces] or ["/api/v1/pods"]
+        return [f"{api}{path}?{urlencode(query)}" for path in paths]
+
+    async def refresh(self, session: aiohttp.ClientSession) -> None:
+        """List this node's pods when a refresh is due; a failure is logged once and the old targets stay."""
+        now = self._clock()
+        if now < self._next_refresh:
+            return
+        self._next_refresh = now + self.settings.refresh_seconds
+        api = self.api_url()
+        if api is None:
+            self._report(
+                "no Kubernetes API: KUBERNETES_SERVICE_HOST/PORT are not set (not in a pod?); "
+                "set discovery.kubernetes.api_url"
+            )
+            return
+        try:
+            headers, ssl_context = self._credentials(api)
+            found: list[Target] = []
+            problems: list[str] = []
+            for url in self.list_urls(api):
+                pods = await _get_json(session, url, headers, ssl_context, self._timeout)
+                listed = pod_targets(pods)
+                found.extend(listed.targets)
+                problems.extend(listed.problems)
+        except (OSError, aiohttp.ClientError, TimeoutError, ValueError) as error:
+            self._report(
+                f"listing pods on node {self.settings.node} failed, keeping {len(self.targets)} targets: {error}"
+            )
+            return
+        for problem in problems:
+            self._report(problem)
+        if {t.name for t in found} != {t.name for t in self.targets}:
+            log.info("kubernetes: %d engine pods on node %s", len(found), self.settings.node)
+        self.targets = tuple(found)
+
+    def _credentials(self, api: str) -> tuple[dict[str, str], ssl.SSLContext | None]:
+        headers = {"Accept": "application/json"}
+        token_file = Path(self.settings.token_file or SERVICE_ACCOUNT / "token")
+        if token_file.exists():
+            headers["Authorization"] = f"Bearer {token_file.read_text().strip()}"
+        if not api.startswith("https://"):
+            return headers, None
+        ca_file = Path(self.settings.ca_file or SERVICE_ACCOUNT / "ca.crt")
+        return headers, ssl.create_default_context(cafile=str(ca_file) if ca_file.exists() else None)
+
+    def _report(self, message: str) -> None:
+        if message not in self._reported:
+            self._reported.add(message)
+            log.warning("kubernetes: %s", message)
+
+
+async def _get_json(
+    session: aiohttp.ClientSession,
+    url: str,
+    headers: Mapping[str, str],
+    ssl_context: ssl.SSLContext | None,
+    timeout: aiohttp.ClientTimeout,
+) -> Mapping[str, Any]:
+    async with session.get(url, headers=headers, ssl=ssl_context or True, timeout=timeout) as response:
+        if response.status != 200:
+            hint = " (the service account needs get/list on pods: see deploy/kubernetes/rbac.yaml)"
+            raise ValueError(f"HTTP {response.status} from {url}{hint if response.status == 403 else ''}")
+        body = await response.content.read(_MAX_LIST_BYTES + 1)
+        if len(body) > _MAX_LIST_BYTES:
+            raise ValueError(f"the pod list from {url} is over {_MAX_LIST_BYTES} bytes")
+        pods = json.loads(body)
+        if not isinstance(pods, dict) or pods.get("kind") != "PodList":
+            raise ValueError(f"{url} did not return a PodList")
+        return pods

@@ -1,0 +1,157 @@
+"""Kubernetes pod discovery: PodList to targets, and the refresh against a local stand-in for the API server
+(tests/support/kubernetes_api.py). No real API server runs in these tests."""
+
+import asyncio
+import logging
+
+import aiohttp
+from aiohttp.test_utils import TestServer
+
+from exporter.config import KubernetesDiscovery
+from exporter.sources.kubernetes import PodDiscovery, pod_targets
+from tests.support.kubernetes_api import NODE, FakeApiServer, pod, pod_list
+
+
+def test_running_pods_with_a_port_become_targets_named_namespace_slash_pod():
+    listed = pod_targets(
+        pod_list(
+            pod(
+                "llama-0",
+                annotations={
+                    "plimsoll.io/port": "8000",
+                    "plimsoll.io/model": "llama-3.1-8b",
+                    "plimsoll.io/engine": "vllm",
+                },
+            ),
+            pod("qwen-0", annotations={"prometheus.io/port": "9000", "prometheus.io/path": "stats"}),
+            pod("sglang-0", ports=(30000,), ip="fd00::12"),
+        )
+    )
+    assert [(t.name, t.url, t.engine, t.model, t.source) for t in listed.targets] == [
+        ("inference/llama-0", "http://10.4.2.17:8000/metrics", "vllm", "llama-3.1-8b", "kubernetes"),
+        ("inference/qwen-0", "http://10.4.2.17:9000/stats", "auto", None, "kubernetes"),
+        ("inference/sglang-0", "http://[fd00::12]:30000/metrics", "auto", None, "kubernetes"),
+    ]
+    assert listed.problems == ()
+
+
+def test_plimsoll_annotations_win_over_prometheus_ones():
+    annotations = {"plimsoll.io/port": "8000", "prometheus.io/port": "9090", "prometheus.io/scheme": "https"}
+    (target,) = pod_targets(pod_list(pod("p", annotations=annotations))).targets
+    assert target.url == "https://10.4.2.17:8000/metrics"
+
+
+def test_pods_not_running_opted_out_without_ip_or_port_are_left_out_quietly():
+    listed = pod_targets(
+        pod_list(
+            pod("starting", ports=(8000,), phase="Pending"),
+            pod("opted-out", ports=(8000,), annotations={"plimsoll.io/scrape": "false"}),
+            pod("no-ip", ports=(8000,), ip=None),
+            pod("nginx", ports=(80,)),
+        )
+    )
+    assert listed == type(listed)((), ())
+
+
+def test_a_bad_port_annotation_is_a_problem_naming_the_pod():
+    listed = pod_targets(pod_list(pod("llama-0", annotations={"plimsoll.io/port": "http"})))
+    assert listed.targets == ()
+    assert listed.problems == ("pod inference/llama-0: annotation port 'http' is not a TCP port number; pod left out",)
+
+
+def _discover(api: FakeApiServer, settings: KubernetesDiscovery, steps, clock=None):
+    """Runs `steps(discovery, session)` against the stand-in; returns its result."""
+
+    async def go():
+        async with TestServer(api.app(), host="127.0.0.1") as server, aiohttp.ClientSession() as session:
+            url = str(server.make_url("")).rstrip("/")
+            kwargs = {"clock": clock} if clock else {}
+            discovery = PodDiscovery(
+                KubernetesDiscovery(**{**settings.__dict__, "api_url": url}), 2.0, environ={}, **kwargs
+            )
+            return await steps(discovery, session)
+
+    return asyncio.run(go())
+
+
+def test_refresh_lists_this_nodes_pods_with_the_service_account_token(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("secret-token\n")
+    api = FakeApiServer()
+    api.pods = pod_list(pod("llama-0", ports=(8000,)))
+    settings = KubernetesDiscovery(node=NODE, label_selector="app=vllm", token_file=str(token))
+
+    async def steps(discovery, session):
+        await discovery.refresh(session)
+        return discovery.targets
+
+    (target,) = _discover(api, settings, steps)
+    assert target.name == "inference/llama-0"
+    assert api.requests == [
+        ("/api/v1/pods", {"fieldSelector": f"spec.nodeName={NODE}", "labelSelector": "app=vllm"}, "Bearer secret-token")
+    ]
+
+
+def test_namespaces_are_listed_one_by_one():
+    api = FakeApiServer()
+    settings = KubernetesDiscovery(node=NODE, namespaces=("team-a", "team-b"), token_file="/nonexistent")
+
+    async def steps(discovery, session):
+        await discovery.refresh(session)
+
+    _discover(api, settings, steps)
+    assert [path for path, _, _ in api.requests] == ["/api/v1/namespaces/team-a/pods", "/api/v1/namespaces/team-b/pods"]
+
+
+def test_a_failed_refresh_keeps_the_last_targets_and_says_what_rbac_needs(caplog):
+    api = FakeApiServer()
+    api.pods = pod_list(pod("llama-0", ports=(8000,)))
+    now = [0.0]
+    settings = KubernetesDiscovery(node=NODE, refresh_seconds=30.0, token_file="/nonexistent")
+
+    async def steps(discovery, session):
+        await discovery.refresh(session)
+        api.status = 403
+        now[0] = 31.0
+        await discovery.refresh(session)
+        return discovery.targets
+
+    with caplog.at_level(logging.WARNING):
+        targets = _discover(api, settings, steps, clock=lambda: now[0])
+    assert [t.name for t in targets] == ["inference/llama-0"]
+    assert "HTTP 403" in caplog.text and "deploy/kubernetes/rbac.yaml" in caplog.text
+
+
+def test_refresh_waits_for_its_interval():
+    api = FakeApiServer()
+    now = [100.0]
+    settings = KubernetesDiscovery(node=NODE, refresh_seconds=30.0, token_file="/nonexistent")
+
+    async def steps(discovery, session):
+        for t in (100.0, 110.0, 129.9, 130.0):
+            now[0] = t
+            await discovery.refresh(session)
+
+    _discover(api, settings, steps, clock=lambda: now[0])
+    assert len(api.requests) == 2  # at 100 and 130
+
+
+def test_outside_a_cluster_without_api_url_there_are_no_pods_and_no_crash(caplog):
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            discovery = PodDiscovery(KubernetesDiscovery(node=NODE), 2.0, environ={})
+            await discovery.refresh(session)
+            return discovery.targets
+
+    with caplog.at_level(logging.WARNING):
+        assert asyncio.run(go()) == ()
+    assert "KUBERNETES_SERVICE_HOST" in caplog.text
+
+
+def test_in_cluster_api_url_comes_from_the_service_environment():
+    discovery = PodDiscovery(
+        KubernetesDiscovery(node=NODE),
+        2.0,
+        environ={"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"},
+    )
+    assert discovery.api_url() == "https://10.96.0.1:443"
