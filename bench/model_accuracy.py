@@ -25,19 +25,43 @@ import yaml
 from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.plan import CapacityPlan, Deployment, plan
-from exporter.capacity.quantization import Quantization, from_flag
+from exporter.capacity.quantization import Quantization, from_config, from_flag
 from exporter.catalog import CatalogError, find_gpu, load_model
 from exporter.units import GIB
 
 DATA = Path(__file__).parent / "data" / "vllm_startup_logs.yaml"
 
 # Logs of checkpoints without a preset of their own, priced as a preset with the same architecture.
-SAME_ARCHITECTURE = {
+SAME_ARCHITECTURE: dict[str, tuple[str, str | dict[str, Any] | None]] = {
     "Qwen/Qwen2-7B-Instruct": ("qwen2.5-7b", None),
     "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic": ("llama-3.3-70b", "fp8"),
     "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic": ("llama-3.3-70b", "fp8"),
     "RedHatAI/Qwen2.5-7B-Instruct-fp8-dynamic": ("qwen2.5-7b", "fp8"),
     "RedHatAI/Qwen2.5-7B-Instruct-quantized.w8a8": ("qwen2.5-7b", "int8"),
+    # The Kaitchup's Llama 3.1 8B quantizations; the settings are those of the quantization code printed
+    # beside the logs (optimum GPTQQuantizer(bits=4): group 128, sym, no act-order; AutoRound bits=4,
+    # group_size=128, sym True/False; AutoAWQ zero_point True, q_group_size 128).
+    "kaitchup/Meta-Llama-3.1-8B-Instruct-gptq-4bit": (
+        "llama-3.1-8b",
+        {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False},
+    ),
+    "kaitchup/Meta-Llama-3.1-8B-Instruct-autoround-gptq-4bit-sym": (
+        "llama-3.1-8b",
+        {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True},
+    ),
+    "kaitchup/Meta-Llama-3.1-8B-Instruct-autoround-gptq-4bit-asym": (
+        "llama-3.1-8b",
+        {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": False},
+    ),
+    "kaitchup/Meta-Llama-3.1-8B-Instruct-awq-4bit": (
+        "llama-3.1-8b",
+        {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
+    ),
+    # unsloth's pre-quantized nf4 checkpoints use double quantization (config not read here: see the log's notes)
+    "unsloth/Llama-3.2-1B-Instruct-bnb-4bit": (
+        "llama-3.2-1b",
+        {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True},
+    ),
 }
 INT8 = Quantization("int", 8, 1.0)
 
@@ -56,8 +80,14 @@ class Score:
 
 def _model(name: str, online: str | None) -> tuple[ModelArchitecture, Quantization | None]:
     preset, quant = SAME_ARCHITECTURE.get(name, (name, online if online in ("fp8", "bitsandbytes") else None))
-    quantization = INT8 if quant == "int8" else from_flag(quant) if quant else None
-    return load_model(preset), quantization
+    if isinstance(quant, dict):
+        quantization: Quantization | None = from_config(quant)
+    else:
+        quantization = INT8 if quant == "int8" else from_flag(quant) if quant else None
+    arch = load_model(preset)
+    if quantization is not None and quantization.method == "bitsandbytes" and arch.quantization is not None:
+        quantization = None  # a pre-quantized checkpoint: its own config decides
+    return arch, quantization
 
 
 def _version(text: str | None) -> tuple[int, int] | None:
@@ -113,7 +143,8 @@ def score(entry: dict[str, Any]) -> Score:
     tokens = _observed_tokens(entry, block)
     weights = (reference.weights.per_gpu_bytes / GIB, observed["weights_gib"]) if observed.get("weights_gib") else None
     kv_math = None
-    if tokens and observed.get("available_kv_gib"):
+    # vLLM prints the KV memory to 0.01 GiB: below 1 GiB that rounding alone exceeds 0.5% of the pool.
+    if tokens and observed.get("available_kv_gib") and observed["available_kv_gib"] >= 1:
         given = Deployment(
             **{**deployment.__dict__, "kv_cache_memory_bytes": round(observed["available_kv_gib"] * GIB)}
         )

@@ -51,6 +51,10 @@ VLLM_HYBRID_TOKENS_AS_CONCURRENCY_SINCE = (0, 12)
 VLLM_V1_SINCE = (0, 8)
 VLLM_V0_CHUNKED_PREFILL_ABOVE = 32768
 
+# bitsandbytes 4-bit: vLLM PR #19742 (merged 2025-06-18, first in v0.9.2) dequantizes double-quantized absmax
+# to float32 at load. Versions are (major, minor) here, so 0.9.x counts as before it (0.9.2 is misplaced).
+VLLM_BNB_FP32_ABSMAX_SINCE = (0, 10)
+
 # MXFP4 experts (gpt-oss) are stored with the hidden dimension padded to a multiple of 256 for vLLM's MoE
 # kernels (2880 -> 3072); fitted to gpt-oss-20b/120b load logs on H100 (within 2%).
 MXFP4_HIDDEN_ALIGNMENT = 256

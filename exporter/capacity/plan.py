@@ -184,7 +184,7 @@ def _evaluate(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> 
     assert d.max_num_batched_tokens is not None and d.max_num_seqs is not None and d.block_size is not None
     tp, pp = d.tensor_parallel, d.pipeline_parallel
     dtype_bytes = weight_dtype_bytes(arch, d.dtype)
-    weights = weight_breakdown(arch, tp, pp, d.dtype, d.quantization)
+    weights = weight_breakdown(arch, tp, pp, d.dtype, d.quantization, d.vllm_version)
     layout = kv_layout(arch, tp, pp, kv_dtype_bytes(d.kv_cache_dtype, dtype_bytes))
     budget = round(gpu.memory_bytes * d.gpu_memory_utilization)
     lines = [

@@ -3,10 +3,20 @@
 Every method below quantizes the decoder's linear layers only; embeddings, the LM head, norms and routers keep
 the model dtype (that is what vLLM loads for each of them). MXFP4 checkpoints (gpt-oss) quantize the MoE experts
 only. The scale overhead matters: 4-bit AWQ at group size 128 costs 0.52 bytes a weight, not 0.5.
+
+What vLLM keeps after loading is what counts, not what the checkpoint stores:
+- GPTQ with symmetric quantization (`sym: true`, the GPTQ default) runs on Marlin, which drops the checkpoint's
+  zero points (`marlin_make_empty` in place of `qzeros`); AWQ keeps its zero points (repacked, same size).
+- bitsandbytes 4-bit: since vLLM PR #19742 (June 2025, first released in v0.9.2) the loader dequantizes
+  double-quantized absmax values to float32 at load (`dequantize_dq`), so every nf4/fp4 weight costs
+  0.5 + 4/64 bytes whatever the checkpoint says. Earlier releases kept the nested 8-bit absmax, and in-flight
+  quantization (`--quantization bitsandbytes` on a 16-bit checkpoint) always used it (`compress_statistics=True`).
 """
 
 from dataclasses import dataclass
 from typing import Any
+
+from exporter.capacity import assumptions as A
 
 # Which linear layers a method converts.
 SCOPE_LINEAR = "linear"
@@ -23,18 +33,25 @@ class Quantization:
     bits: int
     bytes_per_weight: float
     scope: str = SCOPE_LINEAR
+    # bytes per weight in vLLM releases before A.VLLM_BNB_FP32_ABSMAX_SINCE, where they differ
+    legacy_bytes_per_weight: float | None = None
+
+    def bytes_per_weight_in(self, vllm_version: tuple[int, int] | None) -> float:
+        """Bytes per weight in a given vLLM release (None: current)."""
+        old = vllm_version is not None and vllm_version < A.VLLM_BNB_FP32_ABSMAX_SINCE
+        return self.legacy_bytes_per_weight if old and self.legacy_bytes_per_weight else self.bytes_per_weight
 
     @property
     def label(self) -> str:
         return f"{self.method} ({self.bits}-bit, {self.bytes_per_weight:.4g} bytes/weight)"
 
 
-def _int_bits(bits: int, group_size: int | None, scale_bytes: float = 2.0) -> float:
-    """Packed b-bit integers plus one scale (fp16) and one packed zero point per group."""
+def _int_bits(bits: int, group_size: int | None, scale_bytes: float = 2.0, zero_points: bool = True) -> float:
+    """Packed b-bit integers plus one scale (fp16) and, unless symmetric, one packed zero point per group."""
     weight = bits / 8
     if not group_size or group_size <= 0:
         return weight  # per-channel scales: one per output row, negligible against the matrix
-    return weight + (scale_bytes + bits / 8) / group_size
+    return weight + (scale_bytes + (bits / 8 if zero_points else 0)) / group_size
 
 
 def _fp8(block: list[int] | None) -> float:
@@ -48,7 +65,8 @@ def from_flag(method: str) -> Quantization:
     if method == "fp8":
         return Quantization("fp8", 8, 1.0)
     if method == "bitsandbytes":
-        return Quantization("bitsandbytes", 4, _nf4(double_quant=False))
+        # in-flight nf4 quantizes with compress_statistics=True (double quantization)
+        return _bnb_4bit(double_quant=True)
     raise QuantizationError(
         f"--quantization {method!r} cannot be applied to an unquantized checkpoint "
         "(online quantization exists for fp8 and bitsandbytes; use a quantized checkpoint's config.json)"
@@ -60,6 +78,13 @@ def _nf4(double_quant: bool) -> float:
     return 0.5 + (1 / 64 + 4 / (64 * 256) if double_quant else 4 / 64)
 
 
+def _bnb_4bit(double_quant: bool) -> Quantization:
+    """nf4/fp4: current vLLM keeps float32 absmax (it dequantizes nested ones at load); older releases kept
+    the checkpoint's double quantization."""
+    legacy = _nf4(double_quant) if double_quant else None
+    return Quantization("bitsandbytes", 4, _nf4(double_quant=False), legacy_bytes_per_weight=legacy)
+
+
 def from_config(config: dict[str, Any]) -> Quantization:
     """A `quantization_config` block of a Hugging Face config.json."""
     method = str(config.get("quant_method", "")).lower()
@@ -68,11 +93,15 @@ def from_config(config: dict[str, Any]) -> Quantization:
     if method in {"awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round"}:
         bits = int(config.get("bits", config.get("w_bit", 4)))
         group = config.get("group_size", config.get("q_group_size", 128))
-        return Quantization(method.removesuffix("_marlin"), bits, _int_bits(bits, group))
+        if method.startswith("awq"):
+            zero_points = bool(config.get("zero_point", True))
+        else:  # GPTQ: Marlin drops the zero points of symmetric checkpoints
+            zero_points = not bool(config.get("sym", True))
+        return Quantization(method.removesuffix("_marlin"), bits, _int_bits(bits, group, zero_points=zero_points))
     if method == "bitsandbytes":
         if config.get("load_in_8bit"):
             return Quantization("bitsandbytes", 8, 1.0)
-        return Quantization("bitsandbytes", 4, _nf4(bool(config.get("bnb_4bit_use_double_quant"))))
+        return _bnb_4bit(bool(config.get("bnb_4bit_use_double_quant")))
     if method == "mxfp4":
         return Quantization("mxfp4", 4, 0.5 + 1 / 32, scope=SCOPE_EXPERTS)  # e8m0 scale per 32
     if method == "compressed-tensors":
@@ -100,4 +129,5 @@ def _compressed_tensors(config: dict[str, Any]) -> Quantization:
             block = weights.get("block_structure") if weights.get("strategy") == "block" else None
             return Quantization("fp8", 8, _fp8(block))
         return Quantization("nvfp4", bits, 0.5 + 1 / 16)
-    return Quantization("int", bits, _int_bits(bits, weights.get("group_size")))
+    zero_points = not bool(weights.get("symmetric", True))
+    return Quantization("int", bits, _int_bits(bits, weights.get("group_size"), zero_points=zero_points))

@@ -5,6 +5,8 @@ attention and MLP matrices split by TP, key/value projections replicated once TP
 down-projections and MoE routers replicated. Norms are counted but never split (they are tiny).
 Pipeline parallelism gives each stage ceil(layers / PP) layers; the worst stage also holds the embedding or the
 LM head, whichever is larger.
+Every GPU also holds the rotary embedding's cos/sin cache: max_position_embeddings x rotary dim in the model
+dtype (vLLM's RotaryEmbedding registers it as a buffer, one instance shared by all layers); 32 MiB for Llama 3.1.
 """
 
 import math
@@ -144,18 +146,25 @@ def count_parameters(arch: ModelArchitecture) -> int:
     return round(layers + embeddings + arch.hidden_size + _vision_params(arch))
 
 
+def _rotary_cache_elements(arch: ModelArchitecture) -> int:
+    rotary_dim = arch.mla.qk_rope_head_dim if arch.mla is not None else arch.head_dim
+    return arch.max_position_embeddings * rotary_dim
+
+
 def weight_breakdown(
     arch: ModelArchitecture,
     tp: int = 1,
     pp: int = 1,
     dtype: str = "auto",
     quantization: Quantization | None = None,
+    vllm_version: tuple[int, int] | None = None,
 ) -> WeightBreakdown:
-    """Weights on the fullest GPU of a TP x PP deployment."""
+    """Weights on the fullest GPU of a TP x PP deployment (vllm_version None: current vLLM)."""
     quant = quantization or arch.quantization
     plain = weight_dtype_bytes(arch, dtype)
-    linear = plain if quant is None or quant.scope == SCOPE_EXPERTS else quant.bytes_per_weight
-    experts = plain if quant is None else quant.bytes_per_weight
+    quantized = quant.bytes_per_weight_in(vllm_version) if quant is not None else plain
+    linear = plain if quant is None or quant.scope == SCOPE_EXPERTS else quantized
+    experts = quantized
     layers_on_gpu = math.ceil(arch.num_layers / pp)
     # The fullest stage: the first layers (DeepSeek's dense ones are cheaper, so take the mean per layer).
     per_layer = [layer_params(arch, i, tp, quant) for i in range(arch.num_layers)]
@@ -173,6 +182,11 @@ def weight_breakdown(
         attention_bytes=round(share * sum(p.attention for p in per_layer) * linear),
         mlp_bytes=round(share * sum(p.dense_mlp for p in per_layer) * linear),
         expert_bytes=round(share * sum(p.experts for p in per_layer) * experts),
-        other_bytes=round(share * sum(p.replicated for p in per_layer) * plain + vision + arch.hidden_size * plain),
+        other_bytes=round(
+            share * sum(p.replicated for p in per_layer) * plain
+            + vision
+            + arch.hidden_size * plain
+            + _rotary_cache_elements(arch) * plain
+        ),
         layers_on_gpu=layers_on_gpu,
     )

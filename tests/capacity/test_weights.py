@@ -2,7 +2,7 @@
 
 import pytest
 
-from exporter.capacity.quantization import from_config
+from exporter.capacity.quantization import from_config, from_flag
 from exporter.capacity.weights import count_parameters, weight_breakdown
 from exporter.catalog import load_model
 
@@ -82,3 +82,34 @@ def test_mxfp4_quantizes_only_the_experts():
     assert weights.expert_bytes == round(expert_params * (0.5 + 1 / 32))
     attention_params = 24 * (2 * 2880 * 64 * 64 + 2 * 2880 * 8 * 64 + 64 * 64 + 2 * 8 * 64)  # q, o, k, v, biases
     assert weights.attention_bytes == attention_params * 2  # attention stays 16-bit
+
+
+def test_symmetric_gptq_drops_zero_points_on_marlin():
+    sym = from_config({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False})
+    asym = from_config({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": False})
+    assert sym.bytes_per_weight == pytest.approx(0.5 + 2 / 128)  # packed weights and fp16 scales only
+    assert asym.bytes_per_weight == pytest.approx(0.5 + (2 + 0.5) / 128)
+
+
+def test_gptq_4bit_llama_31_8b_by_hand():
+    # 6,979,321,856 linear weights x (0.5 + 2/128) + 2 x 128,256 x 4,096 x 2 (embedding, lm_head)
+    # + 131,072 x 128 x 2 (rotary cache) + 65 x 4,096 x 2 (norms) = 5,734,146,048 bytes (5.3404 GiB). The Kaitchup's
+    # v0.5.4 log of this checkpoint printed 5.3494 GiB.
+    quant = from_config({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True})
+    assert weight_breakdown(load_model("llama-3.1-8b"), quantization=quant).per_gpu_bytes == 5_734_146_048
+
+
+def test_bitsandbytes_absmax_is_float32_in_current_vllm_and_nested_before():
+    online = from_flag("bitsandbytes")  # in-flight nf4: compress_statistics=True
+    assert online.bytes_per_weight_in(None) == pytest.approx(0.5 + 4 / 64)
+    assert online.bytes_per_weight_in((0, 5)) == pytest.approx(0.5 + 1 / 64 + 4 / (64 * 256))
+    plain = from_config({"quant_method": "bitsandbytes", "load_in_4bit": True})
+    assert plain.bytes_per_weight_in((0, 5)) == plain.bytes_per_weight_in(None) == pytest.approx(0.5 + 4 / 64)
+
+
+def test_inflight_bitsandbytes_llama_31_8b_by_hand():
+    # v0.5.4: 6,979,321,856 x (0.5 + 1/64 + 4/16,384) + 2,101,346,304 (embedding, lm_head)
+    # + 33,554,432 (rotary) + 532,480 (norms) = 5,735,849,984 bytes = 5.3419 GiB; the Kaitchup log printed 5.3421.
+    arch = load_model("llama-3.1-8b")
+    weights = weight_breakdown(arch, quantization=from_flag("bitsandbytes"), vllm_version=(0, 5))
+    assert weights.per_gpu_bytes == 5_735_849_984
