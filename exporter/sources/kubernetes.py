@@ -115,7 +115,8 @@ class PodDiscovery:
         self._environ = os.environ if environ is None else environ
         self._clock = clock
         self._next_refresh = -float("inf")
-        self._reported: set[str] = set()
+        self._reported: set[str] = set()  # pod problems already logged
+        self._failing = False
         self.targets: tuple[Target, ...] = ()
 
     def api_url(self) -> str | None:
@@ -141,7 +142,7 @@ class PodDiscovery:
         self._next_refresh = now + self.settings.refresh_seconds
         api = self.api_url()
         if api is None:
-            self._report(
+            self._fail(
                 "no Kubernetes API: KUBERNETES_SERVICE_HOST/PORT are not set (not in a pod?); "
                 "set discovery.kubernetes.api_url"
             )
@@ -156,10 +157,13 @@ class PodDiscovery:
                 found.extend(listed.targets)
                 problems.extend(listed.problems)
         except (OSError, aiohttp.ClientError, TimeoutError, ValueError) as error:
-            self._report(
+            self._fail(
                 f"listing pods on node {self.settings.node} failed, keeping {len(self.targets)} targets: {error}"
             )
             return
+        if self._failing:
+            log.info("kubernetes: listing pods on node %s works again", self.settings.node)
+            self._failing = False
         for problem in problems:
             self._report(problem)
         if {t.name for t in found} != {t.name for t in self.targets}:
@@ -175,6 +179,12 @@ class PodDiscovery:
             return headers, None
         ca_file = Path(self.settings.ca_file or SERVICE_ACCOUNT / "ca.crt")
         return headers, ssl.create_default_context(cafile=str(ca_file) if ca_file.exists() else None)
+
+    def _fail(self, message: str) -> None:
+        """Logged when listing starts failing, not on every refresh while it keeps failing."""
+        if not self._failing:
+            log.warning("kubernetes: %s", message)
+        self._failing = True
 
     def _report(self, message: str) -> None:
         if message not in self._reported:

@@ -112,14 +112,16 @@ def test_a_failed_refresh_keeps_the_last_targets_and_says_what_rbac_needs(caplog
     async def steps(discovery, session):
         await discovery.refresh(session)
         api.status = 403
-        now[0] = 31.0
-        await discovery.refresh(session)
+        for t in (31.0, 62.0):
+            now[0] = t
+            await discovery.refresh(session)
         return discovery.targets
 
     with caplog.at_level(logging.WARNING):
         targets = _discover(api, settings, steps, clock=lambda: now[0])
     assert [t.name for t in targets] == ["inference/llama-0"]
-    assert "HTTP 403" in caplog.text and "deploy/kubernetes/rbac.yaml" in caplog.text
+    (failure,) = [r.getMessage() for r in caplog.records]  # once, not on every failing refresh
+    assert "HTTP 403" in failure and "deploy/kubernetes/rbac.yaml" in failure
 
 
 def test_refresh_waits_for_its_interval():
@@ -155,3 +157,19 @@ def test_in_cluster_api_url_comes_from_the_service_environment():
         environ={"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"},
     )
     assert discovery.api_url() == "https://10.96.0.1:443"
+
+
+def test_a_failure_after_recovery_is_logged_again(caplog):
+    api = FakeApiServer()
+    now = [0.0]
+    settings = KubernetesDiscovery(node=NODE, refresh_seconds=30.0, token_file="/nonexistent")
+
+    async def steps(discovery, session):
+        for t, status in ((0.0, 500), (30.0, 200), (60.0, 500)):
+            now[0], api.status = t, status
+            await discovery.refresh(session)
+
+    with caplog.at_level(logging.INFO, logger="exporter.sources.kubernetes"):
+        _discover(api, settings, steps, clock=lambda: now[0])
+    messages = [r.getMessage() for r in caplog.records]
+    assert [("HTTP 500" in m, "works again" in m) for m in messages] == [(True, False), (False, True), (True, False)]
