@@ -135,6 +135,14 @@ class _Reader:
                 prefix = f"{path}." if path else ""
                 self.fail(f"{prefix}{key}", f"unknown field (expected one of: {', '.join(known)})")
 
+    def strings(self, data: Mapping[str, Any], key: str, path: str, expected: str) -> list[str]:
+        """A list of strings under `key` (absent: empty); anything else is a problem naming what is expected."""
+        value = data.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            self.fail(f"{path}{key}", f"expected {expected}")
+            return []
+        return value
+
     def convert(self, data: Mapping[str, Any], key: str, path: str, convert: Callable[[Any], Any], default: Any) -> Any:
         if data.get(key) is None:
             return default
@@ -308,11 +316,8 @@ def _kubernetes(r: _Reader, raw: Any, environ: Mapping[str, str]) -> KubernetesD
             "not set and NODE_NAME is not in the environment (give the pod NODE_NAME from the downward API, "
             "fieldRef spec.nodeName, as deploy/kubernetes/daemonset.yaml does)",
         )
-    namespaces = data.get("namespaces") or []
-    if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
-        r.fail(f"{path}.namespaces", "expected a list of namespace names (empty or absent: all namespaces)")
-        namespaces = []
     p = f"{path}."
+    namespaces = r.strings(data, "namespaces", p, "a list of namespace names (empty or absent: all namespaces)")
     return KubernetesDiscovery(
         node=node,
         namespaces=tuple(namespaces),
@@ -360,10 +365,7 @@ def parse_config(text: str, source: str, environ: Mapping[str, str] | None = Non
     r.unknown(saturation, "saturation", ("kv_usage", "lead_time"))
     discovery = r.mapping(data.get("discovery"), "discovery")
     r.unknown(discovery, "discovery", ("files", "kubernetes", "scan_local_ports"))
-    files = discovery.get("files") or []
-    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-        r.fail("discovery.files", "expected a list of file paths (Prometheus file_sd format)")
-        files = []
+    files = r.strings(discovery, "files", "discovery.", "a list of file paths (Prometheus file_sd format)")
     base = Path(source).parent if source not in ("<defaults>", "<string>") else Path(".")
     config = Config(
         listen=r.convert(data, "listen", "", _listen, DEFAULT_LISTEN),
