@@ -35,16 +35,30 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class BasicAuth:
+    """HTTP basic auth for a target; the password is read from a file at each poll, so it can rotate."""
+
+    username: str
+    password_file: str
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
-    url: str
+    url: str  # never carries credentials: they come from basic_auth or bearer_token_file
     engine: str = "auto"
     model: str | None = None
     gpus: tuple[str, ...] | None = None  # None: all GPUs of this host when it is the only target
     gpu_type: str | None = None  # a GPU preset, for hosts without NVML
     deployment: Deployment = field(default_factory=Deployment)  # unset fields: the engine's defaults
     timeout_seconds: float | None = None
+    poll_interval_seconds: float | None = None  # None: the config's poll_interval
+    basic_auth: BasicAuth | None = None
+    bearer_token_file: str | None = None
     source: str = "static"
+    # Why discovery could not accept this target as given (a bad engine label, say): it is shown down with this
+    # reason and never polled. None for a usable target.
+    problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +87,11 @@ class Config:
     poll_interval_seconds: float = 5.0
     timeout_seconds: float = 3.0
     max_response_bytes: int = 8 * 1024 * 1024
+    max_series_per_target: int = 20_000  # samples kept from one page after filtering to the adapters' names
+    max_instances_per_target: int = 64  # engine instances (data-parallel ranks, Triton models) read from one page
+    max_concurrent_requests: int = 64  # on the daemon's own port; past it, 503
+    request_header_timeout_seconds: float = 10.0  # a client must send its request headers within this
+    web_config: str | None = None  # exporter-toolkit web config: TLS and basic auth on the daemon's port
     targets: tuple[Target, ...] = ()
     target_files: tuple[str, ...] = ()
     kubernetes: KubernetesDiscovery | None = None

@@ -1,0 +1,150 @@
+"""A real `plimsoll run` process on loopback, and page servers in a thread, for black-box reliability tests.
+
+The daemon runs as users run it (`python -m exporter run --config FILE`), on a free 127.0.0.1 port with NVML off,
+its stderr in a log file under the test's temporary directory. It is ready when /healthz answers; leaving the
+context sends SIGTERM, then SIGKILL after a grace period, and always waits, so no process outlives the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from tests.support.prometheus import LOOPBACK, NotReady, free_port, http, wait_until
+
+STOP_GRACE_S = 10.0
+READY_TIMEOUT_S = 20.0
+
+
+@dataclass
+class DaemonProcess:
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+    config_path: Path | None
+
+    def get(self, path: str, timeout_s: float = 10.0) -> tuple[int, Any]:
+        return http("GET", self.url + path, timeout_s=timeout_s)
+
+    def state(self) -> dict[str, Any]:
+        status, body = self.get("/api/v1/state")
+        if status != 200 or not isinstance(body, dict):
+            raise AssertionError(f"/api/v1/state answered {status}: {str(body)[:200]}")
+        return body
+
+    def targets(self) -> dict[str, dict[str, Any]]:
+        return {t["target"]: t for t in self.state()["targets"]}
+
+    def wait_for_state(self, check: Callable[[dict[str, Any]], bool], timeout_s: float, what: str) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            self.assert_running()
+            state = self.state()
+            return state if check(state) else None
+
+        return wait_until(probe, timeout_s, what)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS line")
+
+    def assert_running(self) -> None:
+        if self.process.poll() is not None:
+            raise AssertionError(f"plimsoll exited with {self.process.returncode}:\n{self.log()[-4000:]}")
+
+    def signal(self, number: int) -> None:
+        self.process.send_signal(number)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
+
+
+def _healthy(daemon: DaemonProcess) -> bool | None:
+    daemon.assert_running()
+    try:
+        status, _ = daemon.get("/healthz", timeout_s=2.0)
+    except OSError:
+        return None
+    return status == 200 or None
+
+
+@contextlib.contextmanager
+def running_daemon(
+    workdir: Path,
+    config: Mapping[str, Any] | None = None,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> Iterator[DaemonProcess]:
+    """`plimsoll run` with `config` written to workdir/plimsoll.yaml (None: no --config) plus `args`."""
+    port = free_port()
+    argv = [sys.executable, "-m", "exporter", "run", "--listen", f"{LOOPBACK}:{port}", "--nvml", "off", *args]
+    config_path = None
+    if config is not None:
+        config_path = workdir / "plimsoll.yaml"
+        config_path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+        argv += ["--config", str(config_path)]
+    log_path = workdir / "plimsoll.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=None if env is None else dict(env))
+    daemon = DaemonProcess(process, f"http://{LOOPBACK}:{port}", log_path, config_path)
+    try:
+        wait_until(lambda: _healthy(daemon), READY_TIMEOUT_S, f"plimsoll answering on {daemon.url}")
+        yield daemon
+    except NotReady as error:
+        raise AssertionError(f"{error}\n{daemon.log()[-4000:]}") from None
+    finally:
+        daemon.stop()
+
+
+@contextlib.contextmanager
+def app_in_thread(app: web.Application) -> Iterator[str]:
+    """Serve an aiohttp app on a free loopback port from a thread of its own; yields the base URL."""
+    started = threading.Event()
+    holder: dict[str, Any] = {}
+
+    async def serve() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, LOOPBACK, 0)
+        await site.start()
+        server = site._server
+        assert server is not None and server.sockets
+        holder["port"] = server.sockets[0].getsockname()[1]
+        holder["stop"] = asyncio.Event()
+        holder["loop"] = asyncio.get_running_loop()
+        started.set()
+        try:
+            await holder["stop"].wait()
+        finally:
+            await runner.cleanup()
+
+    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
+    thread.start()
+    if not started.wait(10):
+        raise AssertionError("page server did not start within 10 s")
+    try:
+        yield f"http://{LOOPBACK}:{holder['port']}"
+    finally:
+        holder["loop"].call_soon_threadsafe(holder["stop"].set)
+        thread.join(10)
