@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/plimsoll generate --config deploy/plimsoll.example.yaml --out . --check
 
 # promtool/prometheus and amtool/alertmanager from Debian's packages into .cache, no system install. Exit 3: this

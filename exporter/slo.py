@@ -116,16 +116,11 @@ def advance(counter: SloCounter, histogram: CumulativeHistogram, threshold_secon
     raw_total = max(histogram.count, 0.0)
     raw_good = good_count(histogram, threshold_seconds)
     # The first scrape and a reset both start the series over: the raw values are the increase.
-    starts_over = (
-        counter.last_total is None
-        or counter.last_good is None
-        or raw_total < counter.last_total
-        or raw_good < counter.last_good
-    )
-    if starts_over:
+    last_total, last_good = counter.last_total, counter.last_good
+    if last_total is None or last_good is None or raw_total < last_total or raw_good < last_good:
         total_increase, good_increase = raw_total, raw_good
     else:
-        total_increase, good_increase = raw_total - counter.last_total, raw_good - counter.last_good
+        total_increase, good_increase = raw_total - last_total, raw_good - last_good
     return SloCounter(
         total=counter.total + total_increase,
         # Interpolation across torn scrapes could credit more good than seen; the SLI ratio must stay <= 1.

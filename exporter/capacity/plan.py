@@ -291,7 +291,8 @@ def _suggestions(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, failed: C
         if longest:
             out.append(f"--max-model-len {longest} fits")
     raised = replace(d, gpu_memory_utilization=0.95)
-    if d.kv_cache_memory_bytes is None and d.gpu_memory_utilization < 0.95 and _fits(arch, gpu, raised):
+    utilization = d.gpu_memory_utilization
+    if d.kv_cache_memory_bytes is None and utilization is not None and utilization < 0.95 and _fits(arch, gpu, raised):
         out.append("--gpu-memory-utilization 0.95 fits")
     return out
 

@@ -171,7 +171,10 @@ class Table(g.Table):
 
 def _steps(*steps: tuple[str, float | None]) -> list[dict[str, Any]]:
     """Threshold steps, lowest first; the first one is the base (value null)."""
-    return [{"color": color, "value": None if i == 0 else float(value)} for i, (color, value) in enumerate(steps)]
+    return [
+        {"color": color, "value": None if i == 0 or value is None else float(value)}
+        for i, (color, value) in enumerate(steps)
+    ]
 
 
 def _num(value: float) -> str:

@@ -109,7 +109,7 @@ def sli_windows(config: Config) -> list[float]:
     """Every window the burn-rate alerts read, in seconds, shortest first."""
     if not config.slos:
         return []
-    windows = set()
+    windows: set[float] = set()
     for slo in config.slos:
         for window in _burn_windows(config, slo):
             windows.update((window.long_window_seconds, window.short_window_seconds))

@@ -53,7 +53,7 @@ _MAX_DEPTH = 64  # deeper than any real process tree; stops a walk that PID reus
 # lives); past this many, only those of the current pass stay.
 _MAX_HOLDERS = 4096
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-_LOOPBACK = frozenset({IPv4Address("127.0.0.1"), IPv6Address("::1")})
+_LOOPBACK: frozenset[IPAddress] = frozenset({IPv4Address("127.0.0.1"), IPv6Address("::1")})
 
 
 @dataclass(frozen=True)
@@ -231,8 +231,10 @@ def attribute_processes(
             in_container.setdefault(container, set()).update(names)
     result: dict[int, str] = {}
     for pid in gpu_pids:
-        names = next((serving[p] for p in chains.get(pid, (pid,)) if p in serving), None)
-        if names is None:
+        found = next((serving[p] for p in chains.get(pid, (pid,)) if p in serving), None)
+        if found is not None:
+            names = found
+        else:
             container = containers.get(pid)
             names = in_container.get(container, set()) if container else set()
         result[pid] = next(iter(names)) if len(names) == 1 else ""
