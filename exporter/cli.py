@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from exporter import __version__
 from exporter.capacity import quantization
@@ -23,13 +24,27 @@ from exporter.capacity.kv import KvDtypeError
 from exporter.capacity.plan import Deployment, PlanError, plan, plan_fleet
 from exporter.capacity.weights import DtypeError
 from exporter.catalog import CatalogError, find_gpu, gpu_presets, load_model, model_presets
-from exporter.config import DEFAULT_LISTEN, Config, ConfigError, Target, load_config
+from exporter.config import (
+    DEFAULT_LISTEN,
+    Config,
+    ConfigError,
+    ConfigReport,
+    Target,
+    check_config_file,
+    load_config,
+    readable_file,
+    validate_boolean,
+    validate_duration,
+    validate_listen,
+    validate_url,
+)
 from exporter.plan_output import fleet_table, plan_table
-from exporter.target_model import resolve
-from exporter.units import parse_duration, parse_size
+from exporter.target_model import model_problems
+from exporter.units import parse_size
 
 EXIT_OK = 0
 EXIT_USAGE = 2
+_LOG_LEVELS = ("debug", "info", "warning", "error")
 
 _INPUT_ERRORS = (
     CatalogError,
@@ -68,6 +83,13 @@ def _ratio(text: str) -> float:
     return value
 
 
+def _duration(text: str) -> float:
+    try:
+        return validate_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _version(text: str) -> tuple[int, int]:
     parts = text.lstrip("v").split(".")
     if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
@@ -85,7 +107,8 @@ def _positive(text: str) -> int:
 def _env_twin(parser: argparse.ArgumentParser, flag: str, env: str, **kwargs: Any) -> None:
     """An option whose default comes from an environment variable, named in --help (query-exporter's way)."""
     if env in os.environ:
-        kwargs["default"] = os.environ[env]
+        # An appending flag starts from a list, which the flags given then extend.
+        kwargs["default"] = [os.environ[env]] if kwargs.get("action") == "append" else os.environ[env]
     kwargs["help"] = f"{kwargs.get('help', '')} [env {env}]"
     parser.add_argument(flag, **kwargs)
 
@@ -102,9 +125,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     _env_twin(
         p, "--listen", "PLIMSOLL_LISTEN", help=f"host:port to serve on (config: listen; default {DEFAULT_LISTEN})"
     )
-    _env_twin(
-        p, "--poll-interval", "PLIMSOLL_POLL_INTERVAL", help="seconds or a duration like 5s (config: poll_interval)"
-    )
+    _env_twin(p, "--poll-interval", "PLIMSOLL_POLL_INTERVAL", help="a duration such as 5s (config: poll_interval)")
     _env_twin(
         p,
         "--target",
@@ -112,8 +133,15 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         action="append",
         help="engine /metrics URL, repeatable (env: comma-separated); added to the config's targets",
     )
-    _env_twin(p, "--nvml", "PLIMSOLL_NVML", choices=["on", "off"], help="read GPUs through NVML (config: nvml)")
-    _env_twin(p, "--log-level", "PLIMSOLL_LOG_LEVEL", default="info", choices=["debug", "info", "warning", "error"])
+    _env_twin(p, "--nvml", "PLIMSOLL_NVML", metavar="on|off", help="read GPUs through NVML (config: nvml)")
+    _env_twin(
+        p,
+        "--web-config",
+        "PLIMSOLL_WEB_CONFIG",
+        metavar="FILE",
+        help="TLS and basic auth for the daemon's port, in Prometheus' exporter-toolkit format (config: web_config)",
+    )
+    _env_twin(p, "--log-level", "PLIMSOLL_LOG_LEVEL", default="info", choices=_LOG_LEVELS)
     p.add_argument("--check-only", action="store_true", help="validate the config and exit")
     p.set_defaults(handler=_run)
 
@@ -134,7 +162,7 @@ def _add_probe(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("source", metavar="URL|FILE")
     p.add_argument("--engine", default="auto", help="force an engine vocabulary instead of detecting it")
-    p.add_argument("--timeout", type=parse_duration, default=5.0, help="seconds to wait for the page")
+    p.add_argument("--timeout", type=_duration, default="5s", help="how long to wait for the page, e.g. 5s")
     p.add_argument("--format", default="table", choices=["table", "json"], help="table for people, json for scripts")
     p.set_defaults(handler=_probe)
 
@@ -260,44 +288,90 @@ def _plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run_config(args: argparse.Namespace) -> Config:
-    config = load_config(args.config) if args.config else Config(scan_local_ports=True)
+def _flag_targets(values: Sequence[str] | None) -> list[str]:
+    """--target URLs: the flag repeated, each (like the environment twin) possibly comma-separated."""
+    return [u.strip() for entry in values or [] for u in entry.split(",") if u.strip()]
+
+
+def run_config(args: argparse.Namespace) -> Config:
+    """The running config: the file (without one, a scan of this host's usual ports) with the flags and their
+    environment twins on top, each flag checked by the config's own validator. Built the same way at start and on
+    every reload, so a reload keeps what the flags said. Every problem, in the file and in the flags, is raised at
+    once."""
+    report = check_config_file(args.config) if args.config else ConfigReport(Config(scan_local_ports=True), ())
+    config, problems = report.config, list(report.problems)
     changes: dict[str, Any] = {}
-    if args.listen:
-        changes["listen"] = args.listen if ":" in args.listen else f"0.0.0.0:{args.listen}"
-    if args.poll_interval:
-        changes["poll_interval_seconds"] = parse_duration(args.poll_interval)
-    if args.nvml:
-        changes["nvml"] = args.nvml == "on"
-    urls = [u.strip() for entry in args.target or [] for u in entry.split(",") if u.strip()]
-    if urls:
-        extra = tuple(Target(name=url.split("//", 1)[-1].split("/", 1)[0], url=url, source="flag") for url in urls)
-        changes["targets"] = config.targets + extra
+
+    def flag(name: str, env: str, value: Any, validate: Callable[[Any], Any], field_name: str) -> None:
+        if value is None:
+            return
+        try:
+            changes[field_name] = validate(value)
+        except ValueError as error:
+            problems.append(f"{name} ({env}): {error}")
+
+    flag("--listen", "PLIMSOLL_LISTEN", args.listen, validate_listen, "listen")
+    flag("--poll-interval", "PLIMSOLL_POLL_INTERVAL", args.poll_interval, validate_duration, "poll_interval_seconds")
+    flag("--nvml", "PLIMSOLL_NVML", args.nvml, validate_boolean, "nvml")
+    flag(
+        "--web-config", "PLIMSOLL_WEB_CONFIG", args.web_config, readable_file(Path("."), "the web config"), "web_config"
+    )
+    names = {t.name for t in config.targets}
+    extra = []
+    for value in _flag_targets(args.target):
+        try:
+            url = validate_url(value)
+        except ValueError as error:
+            problems.append(f"--target (PLIMSOLL_TARGETS): {error}")
+            continue
+        name = urlsplit(url).netloc
+        if name in names:
+            problems.append(f"--target (PLIMSOLL_TARGETS): {name!r} is already a target (names label every series)")
+        names.add(name)
+        extra.append(Target(name=name, url=url, source="flag"))
+    if extra:
+        changes["targets"] = config.targets + tuple(extra)
         changes["scan_local_ports"] = False
+    if problems:
+        raise ConfigError(problems)
     return replace(config, **changes)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from exporter.server import serve  # aiohttp's app only loads for the daemon
+def _model_problems(config: Config) -> list[str]:
+    """What the capacity model says about each target of the file: what `plimsoll plan` would refuse."""
+    return [
+        f"{config.source}: targets[{i}].{field_name}: {message}"
+        for i, target in enumerate(config.targets)
+        for field_name, message in model_problems(target)
+    ]
 
-    config = _run_config(args)
+
+def _run(args: argparse.Namespace) -> int:
+    if args.log_level not in _LOG_LEVELS:
+        raise ConfigError(
+            [f"--log-level (PLIMSOLL_LOG_LEVEL): {args.log_level!r} is not one of {', '.join(_LOG_LEVELS)}"]
+        )
+    config = run_config(args)
     if args.check_only:
+        problems = _model_problems(config)
+        if problems:
+            raise ConfigError(problems)
         print(f"{config.source}: ok, {len(config.targets)} static targets")
         return EXIT_OK
+    from exporter.server import serve  # aiohttp's app only loads for the daemon
+
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(config, args.config)
+    serve(config, reload=(lambda: run_config(args)) if args.config else None)
     return EXIT_OK
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    problems = [
-        f"{config.source}: targets[{target.name}].{field_name}: {problem}"
-        for target in config.targets
-        for field_name, problem in resolve(target).problems
-    ]
+    """Every problem in one run: the file's, then what the capacity model says about each target."""
+    report = check_config_file(args.config)
+    problems = [*report.problems, *_model_problems(report.config)]
     if problems:
         raise ConfigError(problems)
+    config = report.config
     pods = f", pods on node {config.kubernetes.node}" if config.kubernetes else ""
     print(f"{config.source}: ok, {len(config.targets)} static targets{pods}, {len(config.slos)} SLOs")
     return EXIT_OK

@@ -1,11 +1,12 @@
-"""The daemon's YAML config: read (with ${ENV} expansion), validated (every error collected, each naming the
-file and the field path), and handed out as frozen objects.
+"""The daemon's YAML config: read (with ${ENV} expansion), validated (every problem of the whole file collected in
+one pass, each naming the file and the field path), and handed out as frozen objects.
 
-    config.yaml: targets[1].url: "localhost:8000" is not a URL (expected http://host:port/path)
+    config.yaml: targets[1].url: 'localhost:8000' is not a URL (expected http://host:port/path)
 """
 
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,8 +15,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from exporter.capacity.kv import KV_DTYPE_BYTES
 from exporter.capacity.plan import Deployment
-from exporter.units import parse_duration, parse_size
+from exporter.units import parse_duration, parse_size, value_kind
 
 DEFAULT_PORT = 19842
 DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
@@ -24,6 +26,14 @@ SLO_NAMES = ("ttft", "itl", "e2e")
 # Ports the engines listen on by default: vLLM/NIM/TGI-docker 8000, SGLang 30000, Triton metrics 8002,
 # TGI/llama.cpp 8080, LMDeploy 23333.
 SCAN_PORTS = (8000, 30000, 8002, 8080, 23333)
+MAX_CONFIG_BYTES = 1024 * 1024
+# Nodes that YAML aliases may add beyond what a document spells out. Anchors that share a deployment block
+# between targets add tens; "billion laughs" (anchors of lists of aliases of anchors...) adds 10**9 from a few
+# hundred bytes. PyYAML builds aliased values by reference, so the bomb only goes off when something walks the
+# result (validation, a message quoting a value): counting the expansion on the composed node graph, where each
+# anchor is one node, refuses it in microseconds before anything is built.
+MAX_ALIAS_EXPANSION = 100_000
+_SHOWN_CHARS = 80  # of a bad value quoted in a message: a 1 MiB label value is not repeated whole
 
 
 class ConfigError(ValueError):
@@ -105,11 +115,55 @@ class Config:
 
     @property
     def host(self) -> str:
-        return self.listen.rsplit(":", 1)[0] or "0.0.0.0"
+        # "[::]:19842" binds "::": the brackets only keep the port apart in the written form.
+        return self.listen.rsplit(":", 1)[0].strip("[]") or "0.0.0.0"
 
     @property
     def port(self) -> int:
         return int(self.listen.rsplit(":", 1)[1])
+
+
+@dataclass(frozen=True)
+class ConfigReport:
+    """A config and every problem found in it. Where a field was bad the config holds its default, and every
+    target entry is kept (a bad URL as ""), so check-config can go on to judge each target's model."""
+
+    config: Config
+    problems: tuple[str, ...]
+
+
+# Config fields (attribute, the name users write) that the server or the NVML reader took at start; the rest,
+# max_concurrent_requests included, are read from the running config and follow a reload.
+_RESTART_FIELDS = (
+    ("listen", "listen"),
+    ("nvml", "nvml"),
+    ("web_config", "web_config"),
+    ("request_header_timeout_seconds", "request_header_timeout"),
+)
+
+
+def restart_required(old: Config, new: Config) -> tuple[str, ...]:
+    """The fields, as users write them, that differ between two configs but only take effect on a restart."""
+    return tuple(name for attribute, name in _RESTART_FIELDS if getattr(old, attribute) != getattr(new, attribute))
+
+
+def redact_url(url: str) -> str:
+    """The URL fit to show: everything between the scheme and the last "@" masked. That is the userinfo, and also
+    a password holding an unescaped "/" or "#", which a URL parser reads as the start of the path."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    else:
+        scheme += separator
+    if "@" not in rest:
+        return url
+    return f"{scheme}***@{rest.rpartition('@')[2]}"
+
+
+def _shown(value: Any) -> str:
+    """A bad value as a message quotes it: repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}...'"
 
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -130,6 +184,72 @@ def expand_env(text: str, environ: Mapping[str, str], problems: list[str], where
     return _ENV.sub(substitute, text)
 
 
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's message without its snippet of the document: that line may hold a secret."""
+    if not isinstance(error, yaml.MarkedYAMLError):
+        return str(error)
+    mark = error.problem_mark or error.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    context = f" ({error.context})" if error.context else ""
+    return f"{where}{error.problem}{context}"
+
+
+def _expanded_nodes(root: yaml.Node) -> tuple[int, int]:
+    """(nodes the document spells out, nodes it holds once every alias is expanded), counted on the node graph
+    in time linear in its size; an alias inside the collection it names is refused (it expands without end)."""
+    sizes: dict[int, int] = {}
+    open_collections: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_collections:
+            raise ValueError("an alias refers to the collection that contains it")
+        open_collections.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                total += size(item)
+        elif isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                total += size(key_node) + size(value_node)
+        open_collections.discard(key)
+        sizes[key] = total
+        return total
+
+    expanded = size(root)
+    return len(sizes), expanded
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """One YAML document, safely: no tags that build objects, and no aliases that expand without bound."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        spelled_out, expanded = _expanded_nodes(node)
+        if expanded - spelled_out > MAX_ALIAS_EXPANSION:
+            raise ConfigError(
+                [
+                    f"{source}: YAML aliases expand this document to {expanded:,} values from {spelled_out:,} "
+                    f"written (at most {MAX_ALIAS_EXPANSION:,} more are allowed); refused"
+                ]
+            )
+        return loader.construct_document(node)
+    except yaml.YAMLError as error:
+        raise ConfigError([f"{source}: not valid YAML: {_yaml_problem(error)}"]) from None
+    except ConfigError:
+        raise
+    except ValueError as error:  # a self-containing alias, or a value the constructor rejects (2001-13-01)
+        raise ConfigError([f"{source}: not usable YAML: {error}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{source}: not usable YAML: nested too deeply"]) from None
+    finally:
+        loader.dispose()
+
+
 class _Reader:
     """Validates one mapping, collecting problems with their field paths."""
 
@@ -144,7 +264,7 @@ class _Reader:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            self.fail(path, f"expected a mapping, got {type(value).__name__}")
+            self.fail(path, f"expected a map, got {value_kind(value)}")
             return {}
         return value
 
@@ -167,13 +287,22 @@ class _Reader:
             return default
         try:
             return convert(data[key])
-        except (TypeError, ValueError) as error:
+        except ValueError as error:
             self.fail(f"{path}{key}", str(error))
             return default
 
 
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"expected {what}, got {value_kind(value)}")
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{_shown(value)} is not {what}") from None
+
+
 def _ratio(value: Any) -> float:
-    number = float(value)
+    number = _number(value, "a ratio between 0 and 1")
     if not 0 < number <= 1:
         hint = f" (did you mean {number / 100:g}?)" if 1 < number <= 100 else ""
         raise ValueError(f"{value} is not a ratio between 0 and 1{hint}")
@@ -181,39 +310,93 @@ def _ratio(value: Any) -> float:
 
 
 def _positive_int(value: Any) -> int:
-    if isinstance(value, bool) or int(value) != value or int(value) < 1:
-        raise ValueError(f"{value!r} is not a positive integer")
-    return int(value)
+    number = _number(value, "a positive integer")
+    if number != int(number) or number < 1:
+        raise ValueError(f"{_shown(value)} is not a positive integer")
+    return int(number)
 
 
-def _positive_duration(value: Any) -> float:
+def validate_duration(value: Any) -> float:
     seconds = parse_duration(value)
     if seconds <= 0:
         raise ValueError(f"{value!r} must be longer than zero")
     return seconds
 
 
-def _url(value: Any) -> str:
-    text = str(value)
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{text!r} is not a URL (expected http://host:port/path)")
+_BOOLEAN_WORDS = {"true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
+
+
+def validate_boolean(value: Any) -> bool:
+    """YAML's true/false, and the words people quote ("off"): a quoted string must not count as true."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _BOOLEAN_WORDS:
+        return _BOOLEAN_WORDS[value.strip().lower()]
+    raise ValueError(f"expected true or false (or on/off, yes/no), got {_shown(value)}")
+
+
+def _text(what: str) -> Callable[[Any], str]:
+    """A scalar written as text; numbers are fine (a name of 7), collections and booleans are a mistake."""
+
+    def check(value: Any) -> str:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError(f"expected {what}, got {value_kind(value)}")
+        return str(value)
+
+    return check
+
+
+def validate_url(value: Any) -> str:
+    """An http(s) URL without credentials; a message about a bad one never repeats a password."""
+    text = _text("a URL such as http://127.0.0.1:8000/metrics")(value)
+    not_a_url = ValueError(f"{_shown(redact_url(text))} is not a URL (expected http://host:port/path)")
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except ValueError:
+        raise not_a_url from None
+    if "@" in parts.netloc:
+        raise ValueError(
+            "credentials in the URL would show in labels and logs; use basic_auth.password_file or bearer_token_file"
+        )
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise not_a_url
     return text
 
 
-def _listen(value: Any) -> str:
-    text = str(value)
+def validate_listen(value: Any) -> str:
+    """host:port (or a bare port: every interface) to serve on."""
+    text = _text(f"host:port such as 0.0.0.0:{DEFAULT_PORT}")(value)
     host, _, port = text.rpartition(":")
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{text!r} is not host:port (e.g. 0.0.0.0:{DEFAULT_PORT})")
+    if not port.isdigit() or not 0 < int(port) < 65536 or any(c in host for c in "/@ "):
+        raise ValueError(f"{_shown(text)} is not host:port (e.g. 0.0.0.0:{DEFAULT_PORT})")
     return text if host else f"0.0.0.0:{port}"
 
 
 def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
     def check(value: Any) -> str:
-        if str(value) not in options:
-            raise ValueError(f"{value!r} is not one of {', '.join(options)}")
-        return str(value)
+        if not isinstance(value, str) or value not in options:
+            raise ValueError(f"{_shown(value)} is not one of {', '.join(options)}")
+        return value
+
+    return check
+
+
+def readable_file(base: Path, what: str) -> Callable[[Any], str]:
+    """A path relative to the config file's directory, checked now so a typo is named at load, not at the first
+    poll. Only the path is ever shown: the file holds a secret."""
+
+    def check(value: Any) -> str:
+        path = base / _text(f"the path of {what}")(value)
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as error:
+            raise ValueError(f"cannot read {path}: {error.strerror}") from None
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{path} is not a regular file")
+        if not os.access(path, os.R_OK):
+            raise ValueError(f"{path} is not readable by this user")
+        return str(path)
 
     return check
 
@@ -244,50 +427,114 @@ def _deployment(r: _Reader, raw: Any, path: str) -> Deployment:
         max_model_len=r.convert(data, "max_model_len", p, _positive_int, None),
         max_num_batched_tokens=r.convert(data, "max_num_batched_tokens", p, _positive_int, None),
         max_num_seqs=r.convert(data, "max_num_seqs", p, _positive_int, None),
-        kv_cache_dtype=r.convert(data, "kv_cache_dtype", p, str, "auto"),
-        dtype=r.convert(data, "dtype", p, str, "auto"),
+        kv_cache_dtype=r.convert(data, "kv_cache_dtype", p, _choice(("auto", *KV_DTYPE_BYTES)), "auto"),
+        dtype=r.convert(data, "dtype", p, _text("a dtype such as bfloat16"), "auto"),
         block_size=r.convert(data, "block_size", p, _positive_int, None),
         kv_cache_memory_bytes=r.convert(data, "kv_cache_memory", p, parse_size, None),
-        enforce_eager=bool(data.get("enforce_eager", False)),
+        enforce_eager=r.convert(data, "enforce_eager", p, validate_boolean, False),
     )
-
-
-_TARGET_FIELDS = ("name", "url", "engine", "model", "gpus", "gpu_type", "deployment", "timeout")
 
 
 def _gpus(value: Any) -> tuple[str, ...] | None:
     if value == "auto":
         return None
-    if isinstance(value, int | str):
+    if isinstance(value, int | str) and not isinstance(value, bool):
         return (str(value),)
-    if isinstance(value, list) and all(isinstance(v, int | str) for v in value):
+    if isinstance(value, list) and all(isinstance(v, int | str) and not isinstance(v, bool) for v in value):
         return tuple(str(v) for v in value)
-    raise ValueError(f"{value!r} is not 'auto', a GPU index or UUID, or a list of them")
+    raise ValueError(f"{_shown(value)} is not 'auto', a GPU index or UUID, or a list of them")
 
 
-def _target(r: _Reader, raw: Any, path: str, names: set[str]) -> Target | None:
+def _basic_auth(r: _Reader, raw: Any, path: str, base: Path) -> BasicAuth | None:
+    if raw is None:
+        return None
+    data = r.mapping(raw, path)
+    if "password" in data:
+        r.fail(
+            f"{path}.password",
+            "a password in the config shows wherever the config does: put it in a file and "
+            "name the file in password_file",
+        )
+    r.unknown({k: v for k, v in data.items() if k != "password"}, path, ("username", "password_file"))
+    p = f"{path}."
+    username = r.convert(data, "username", p, _text("a user name"), None)
+    password_file = r.convert(data, "password_file", p, readable_file(base, "the password file"), None)
+    for key in ("username", "password_file"):
+        if data.get(key) is None:
+            r.fail(f"{p}{key}", "missing (basic_auth needs username and password_file)")
+    if username is None or password_file is None:
+        return None
+    return BasicAuth(username, password_file)
+
+
+_TARGET_FIELDS = (
+    "name",
+    "url",
+    "engine",
+    "model",
+    "gpus",
+    "gpu_type",
+    "deployment",
+    "timeout",
+    "poll_interval",
+    "basic_auth",
+    "bearer_token_file",
+)
+
+
+def _target(r: _Reader, raw: Any, path: str, base: Path) -> Target:
+    """Every field of one target entry is checked, whatever else is wrong with it."""
     data = r.mapping(raw, path)
     r.unknown(data, path, _TARGET_FIELDS)
     p = f"{path}."
-    url = r.convert(data, "url", p, _url, None)
-    if url is None:
-        if "url" not in data:
-            r.fail(f"{path}.url", "missing (every target needs the URL of its /metrics page)")
-        return None
-    name = str(data.get("name") or urlsplit(url).netloc)
-    if name in names:
-        r.fail(f"{path}.name", f"{name!r} is used by another target (names label every series: keep them unique)")
-    names.add(name)
+    if data.get("url") is None:
+        r.fail(f"{p}url", "missing (every target needs the URL of its /metrics page)")
+    target_url = r.convert(data, "url", p, validate_url, "")
+    deployment = _deployment(r, data.get("deployment"), f"{p}deployment")
+    gpus = r.convert(data, "gpus", p, _gpus, None)
+    needed = deployment.tensor_parallel * deployment.pipeline_parallel
+    if gpus is not None and len(gpus) != needed:
+        listed = f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}"
+        r.fail(
+            f"{p}gpus",
+            f"lists {listed} but tensor_parallel {deployment.tensor_parallel} x pipeline_parallel "
+            f"{deployment.pipeline_parallel} needs {needed}",
+        )
+    basic_auth = _basic_auth(r, data.get("basic_auth"), f"{p}basic_auth", base)
+    bearer_token_file = r.convert(data, "bearer_token_file", p, readable_file(base, "the token file"), None)
+    if data.get("basic_auth") is not None and data.get("bearer_token_file") is not None:
+        r.fail(f"{p}bearer_token_file", "give basic_auth or bearer_token_file, not both (one Authorization header)")
     return Target(
-        name=name,
-        url=url,
+        name=r.convert(data, "name", p, _text("a target name"), None) or urlsplit(target_url).netloc or path,
+        url=target_url,
         engine=r.convert(data, "engine", p, _choice(ENGINE_NAMES), "auto"),
-        model=str(data["model"]) if data.get("model") else None,
-        gpus=r.convert(data, "gpus", p, _gpus, None),
-        gpu_type=str(data["gpu_type"]) if data.get("gpu_type") else None,
-        deployment=_deployment(r, data.get("deployment"), f"{path}.deployment"),
-        timeout_seconds=r.convert(data, "timeout", p, _positive_duration, None),
+        model=r.convert(data, "model", p, _text("a model preset or the path of a config.json"), None),
+        gpus=gpus,
+        gpu_type=r.convert(data, "gpu_type", p, _text("a GPU preset such as H100"), None),
+        deployment=deployment,
+        timeout_seconds=r.convert(data, "timeout", p, validate_duration, None),
+        poll_interval_seconds=r.convert(data, "poll_interval", p, validate_duration, None),
+        basic_auth=basic_auth,
+        bearer_token_file=bearer_token_file,
     )
+
+
+def _targets(r: _Reader, raw: Any, base: Path) -> tuple[Target, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        r.fail("targets", f"expected a list of targets, got {value_kind(raw)}")
+        return ()
+    targets = tuple(_target(r, entry, f"targets[{i}]", base) for i, entry in enumerate(raw))
+    seen: set[str] = set()
+    for i, target in enumerate(targets):
+        if target.name in seen:
+            r.fail(
+                f"targets[{i}].name",
+                f"{target.name!r} is used by another target (names label every series: keep them unique)",
+            )
+        seen.add(target.name)
+    return targets
 
 
 def _slos(r: _Reader, raw: Any) -> tuple[SloConfig, ...]:
@@ -299,9 +546,9 @@ def _slos(r: _Reader, raw: Any) -> tuple[SloConfig, ...]:
             continue
         entry = r.mapping(data[name], f"slos.{name}")
         r.unknown(entry, f"slos.{name}", ("threshold", "objective"))
-        if "threshold" not in entry:
+        if entry.get("threshold") is None:
             r.fail(f"slos.{name}.threshold", "missing (a latency such as 500ms)")
-        threshold = r.convert(entry, "threshold", f"slos.{name}.", _positive_duration, None)
+        threshold = r.convert(entry, "threshold", f"slos.{name}.", validate_duration, None)
         objective = r.convert(entry, "objective", f"slos.{name}.", _ratio, 0.99)
         if objective == 1.0:
             r.fail(f"slos.{name}.objective", "1 leaves no error budget; use e.g. 0.999")
@@ -323,29 +570,30 @@ _KUBERNETES_FIELDS = (
 
 
 def _kubernetes(r: _Reader, raw: Any, environ: Mapping[str, str]) -> KubernetesDiscovery | None:
+    """Checked whole even while disabled, so turning it on later brings no surprise; only the node must wait."""
     path = "discovery.kubernetes"
     data = r.mapping(raw, path)
     r.unknown(data, path, _KUBERNETES_FIELDS)
-    if not data.get("enabled", False):
-        return None
-    node = str(data.get("node") or environ.get("NODE_NAME", ""))
-    if not node:
+    p = f"{path}."
+    enabled = r.convert(data, "enabled", p, validate_boolean, False)
+    node = r.convert(data, "node", p, _text("a node name"), None) or environ.get("NODE_NAME", "")
+    if enabled and not node:
         r.fail(
             f"{path}.node",
             "not set and NODE_NAME is not in the environment (give the pod NODE_NAME from the downward API, "
             "fieldRef spec.nodeName, as deploy/kubernetes/daemonset.yaml does)",
         )
-    p = f"{path}."
     namespaces = r.strings(data, "namespaces", p, "a list of namespace names (empty or absent: all namespaces)")
-    return KubernetesDiscovery(
+    settings = KubernetesDiscovery(
         node=node,
         namespaces=tuple(namespaces),
-        label_selector=str(data.get("label_selector") or ""),
-        refresh_seconds=r.convert(data, "refresh", p, _positive_duration, 30.0),
-        api_url=r.convert(data, "api_url", p, _url, None),
-        token_file=str(data["token_file"]) if data.get("token_file") else None,
-        ca_file=str(data["ca_file"]) if data.get("ca_file") else None,
+        label_selector=r.convert(data, "label_selector", p, _text("a label selector such as app=vllm"), ""),
+        refresh_seconds=r.convert(data, "refresh", p, validate_duration, 30.0),
+        api_url=r.convert(data, "api_url", p, validate_url, None),
+        token_file=r.convert(data, "token_file", p, _text("the path of a token file"), None),
+        ca_file=r.convert(data, "ca_file", p, _text("the path of a CA certificate"), None),
     )
+    return settings if enabled else None
 
 
 _TOP_FIELDS = (
@@ -353,6 +601,11 @@ _TOP_FIELDS = (
     "poll_interval",
     "timeout",
     "max_response_size",
+    "max_series_per_target",
+    "max_instances_per_target",
+    "max_concurrent_requests",
+    "request_header_timeout",
+    "web_config",
     "targets",
     "slos",
     "slo_period",
@@ -362,70 +615,129 @@ _TOP_FIELDS = (
 )
 
 
-def parse_config(text: str, source: str, environ: Mapping[str, str] | None = None) -> Config:
-    """Validate a config document; raises ConfigError listing every problem found."""
+def _base_directory(source: str) -> Path:
+    """Where relative paths in the config start: the config file's directory."""
+    return Path(source).parent if source not in ("<defaults>", "<string>") else Path(".")
+
+
+def check_config(text: str, source: str, environ: Mapping[str, str] | None = None) -> ConfigReport:
+    """Validate a config document; never raises: every problem of every section is in the report."""
     problems: list[str] = []
     environ = os.environ if environ is None else environ
     expanded = expand_env(text, environ, problems, source)
     try:
-        raw = yaml.safe_load(expanded)
-    except yaml.YAMLError as error:
-        raise ConfigError([f"{source}: not valid YAML: {error}"]) from None
+        raw = load_yaml(expanded, source)
+    except ConfigError as error:
+        return ConfigReport(Config(source=source), (*problems, *error.problems))
     r = _Reader(source, problems)
+    base = _base_directory(source)
     data = r.mapping(raw, "(top level)")
     r.unknown(data, "", _TOP_FIELDS)
-    targets_raw = data.get("targets") or []
-    if not isinstance(targets_raw, list):
-        r.fail("targets", "expected a list of targets")
-        targets_raw = []
-    names: set[str] = set()
-    targets = [_target(r, entry, f"targets[{i}]", names) for i, entry in enumerate(targets_raw)]
     saturation = r.mapping(data.get("saturation"), "saturation")
     r.unknown(saturation, "saturation", ("kv_usage", "lead_time"))
     discovery = r.mapping(data.get("discovery"), "discovery")
     r.unknown(discovery, "discovery", ("files", "kubernetes", "scan_local_ports"))
     files = r.strings(discovery, "files", "discovery.", "a list of file paths (Prometheus file_sd format)")
-    base = Path(source).parent if source not in ("<defaults>", "<string>") else Path(".")
     config = Config(
-        listen=r.convert(data, "listen", "", _listen, DEFAULT_LISTEN),
-        poll_interval_seconds=r.convert(data, "poll_interval", "", _positive_duration, 5.0),
-        timeout_seconds=r.convert(data, "timeout", "", _positive_duration, 3.0),
+        listen=r.convert(data, "listen", "", validate_listen, DEFAULT_LISTEN),
+        poll_interval_seconds=r.convert(data, "poll_interval", "", validate_duration, 5.0),
+        timeout_seconds=r.convert(data, "timeout", "", validate_duration, 3.0),
         max_response_bytes=r.convert(data, "max_response_size", "", parse_size, 8 * 1024 * 1024),
-        targets=tuple(t for t in targets if t is not None),
+        max_series_per_target=r.convert(data, "max_series_per_target", "", _positive_int, 20_000),
+        max_instances_per_target=r.convert(data, "max_instances_per_target", "", _positive_int, 64),
+        max_concurrent_requests=r.convert(data, "max_concurrent_requests", "", _positive_int, 64),
+        request_header_timeout_seconds=r.convert(data, "request_header_timeout", "", validate_duration, 10.0),
+        web_config=r.convert(data, "web_config", "", readable_file(base, "the web config"), None),
+        targets=_targets(r, data.get("targets"), base),
         target_files=tuple(str(base / f) for f in files),
         kubernetes=_kubernetes(r, discovery.get("kubernetes"), environ),
-        scan_local_ports=bool(discovery.get("scan_local_ports", False)),
+        scan_local_ports=r.convert(discovery, "scan_local_ports", "discovery.", validate_boolean, False),
         slos=_slos(r, data.get("slos")),
-        slo_period_seconds=r.convert(data, "slo_period", "", _positive_duration, 30 * 86400.0),
+        slo_period_seconds=r.convert(data, "slo_period", "", validate_duration, 30 * 86400.0),
         saturation_kv_usage=r.convert(saturation, "kv_usage", "saturation.", _ratio, 0.90),
-        lead_time_seconds=r.convert(saturation, "lead_time", "saturation.", _positive_duration, 900.0),
-        nvml=bool(data.get("nvml", True)),
+        lead_time_seconds=r.convert(saturation, "lead_time", "saturation.", validate_duration, 900.0),
+        nvml=r.convert(data, "nvml", "", validate_boolean, True),
         source=source,
     )
-    if problems:
-        raise ConfigError(problems)
-    return config
+    return ConfigReport(config, tuple(problems))
+
+
+def parse_config(text: str, source: str, environ: Mapping[str, str] | None = None) -> Config:
+    """Validate a config document; raises ConfigError listing every problem found."""
+    report = check_config(text, source, environ)
+    if report.problems:
+        raise ConfigError(list(report.problems))
+    return report.config
+
+
+def read_config_text(path: str | Path) -> str:
+    """The config file's text, refused past MAX_CONFIG_BYTES without reading further."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as error:
+        raise ConfigError([f"{path}: cannot read the config file ({error.strerror})"]) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{path}: over 1 MiB; a config is a few kilobytes (is this the right file?)"])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError([f"{path}: not UTF-8 text (byte {error.start})"]) from None
+
+
+def check_config_file(path: str | Path, environ: Mapping[str, str] | None = None) -> ConfigReport:
+    """check_config on a file; a file that cannot be read is one problem in the report, not an exception."""
+    try:
+        text = read_config_text(path)
+    except ConfigError as error:
+        return ConfigReport(Config(source=str(path)), tuple(error.problems))
+    return check_config(text, str(path), environ)
 
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Config:
+    """The config in a file; raises ConfigError listing every problem found."""
+    report = check_config_file(path, environ)
+    if report.problems:
+        raise ConfigError(list(report.problems))
+    return report.config
+
+
+def _host_port(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected host:port, got {value_kind(value)}")
+    if "@" in value:
+        raise ValueError(
+            "credentials in an address would show in labels and logs; a target that needs them belongs in the "
+            "config's targets, with basic_auth.password_file or bearer_token_file"
+        )
+    host, separator, port = value.rpartition(":")
+    if not separator or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c in host for c in "/?# "):
+        raise ValueError(f"{_shown(value)} is not host:port (e.g. 10.0.0.7:8000)")
+    return value
+
+
+def engine_problem(value: Any) -> str | None:
+    """Why a discovered engine name (a file_sd label, a pod annotation) cannot be used, or None."""
     try:
-        text = Path(path).read_text()
-    except OSError as error:
-        raise ConfigError([f"{path}: cannot read the config file ({error.strerror})"]) from None
-    return parse_config(text, str(path), environ)
+        _choice(ENGINE_NAMES)(value)
+    except ValueError as error:
+        return str(error)
+    return None
 
 
 def parse_target_file(text: str, source: str) -> tuple[Target, ...]:
-    """Targets from a Prometheus file_sd document (YAML or JSON: a list of {targets: [host:port], labels})."""
+    """Targets from a Prometheus file_sd document (YAML or JSON: a list of {targets: [host:port], labels}).
+
+    A problem with the file itself (not YAML, an address that is not host:port, one name twice) refuses the whole
+    file: it is likely half-written, and the daemon keeps its last good version. A bad engine label only marks
+    the targets of its group, which are then shown down with the reason."""
     problems: list[str] = []
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ConfigError([f"{source}: not valid YAML or JSON: {error}"]) from None
+    raw = load_yaml(text, source)
     if not isinstance(raw, list):
         raise ConfigError([f"{source}: expected a list of {{targets: [...], labels: {{...}}}} groups"])
     r = _Reader(source, problems)
     found: list[Target] = []
+    where: dict[str, str] = {}
     for i, group in enumerate(raw):
         data = r.mapping(group, f"[{i}]")
         labels = r.mapping(data.get("labels"), f"[{i}].labels")
@@ -433,22 +745,34 @@ def parse_target_file(text: str, source: str) -> tuple[Target, ...]:
         if not isinstance(addresses, list):
             r.fail(f"[{i}].targets", "expected a list of host:port")
             continue
-        path = str(labels.get("__metrics_path__", "/metrics"))
-        scheme = str(labels.get("__scheme__", "http"))
+        p = f"[{i}].labels."
+        path = r.convert(labels, "__metrics_path__", p, _text("a URL path such as /metrics"), "/metrics")
+        scheme = r.convert(labels, "__scheme__", p, _choice(("http", "https")), "http")
+        name_label = r.convert(labels, "target", p, _text("a target name"), None)
+        model = r.convert(labels, "model", p, _text("a model preset or the path of a config.json"), None)
+        engine = labels.get("engine", "auto")
+        bad_engine = engine_problem(engine)
+        problem = f"{source}: [{i}].labels.engine: {bad_engine}" if bad_engine else None
         for j, address in enumerate(addresses):
-            url = f"{scheme}://{address}{path}"
+            entry = f"[{i}].targets[{j}]"
             try:
-                _url(url)
+                target_url = validate_url(f"{scheme}://{_host_port(address)}/{path.lstrip('/')}")
             except ValueError as error:
-                r.fail(f"[{i}].targets[{j}]", str(error))
+                r.fail(entry, str(error))
                 continue
+            name = name_label or address
+            if name in where:
+                r.fail(entry, f"target name {name!r} is already used by {where[name]} (names must be unique)")
+                continue
+            where[name] = entry
             found.append(
                 Target(
-                    name=str(labels.get("target", address)),
-                    url=url,
-                    engine=str(labels.get("engine", "auto")),
-                    model=str(labels["model"]) if labels.get("model") else None,
+                    name=name,
+                    url=target_url,
+                    engine="auto" if bad_engine else engine,
+                    model=model,
                     source=source,
+                    problem=problem,
                 )
             )
     if problems:

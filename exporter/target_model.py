@@ -10,8 +10,10 @@ from dataclasses import dataclass, replace
 
 from exporter.capacity.architecture import ModelArchitecture, ModelConfigError
 from exporter.capacity.gpus import GpuSpec
-from exporter.capacity.kv import KV_DTYPE_BYTES
+from exporter.capacity.kv import KV_DTYPE_BYTES, KvDtypeError
 from exporter.capacity.plan import CapacityPlan, Deployment, PlanError, plan
+from exporter.capacity.quantization import QuantizationError
+from exporter.capacity.weights import DtypeError
 from exporter.catalog import CatalogError, find_gpu, load_model
 from exporter.config import Target
 from exporter.sources.engines.series import label_int
@@ -41,6 +43,31 @@ def resolve(target: Target) -> TargetCatalog:
         except CatalogError as error:
             problems.append(("gpu_type", str(error)))
     return TargetCatalog(arch, gpu, tuple(problems))
+
+
+# What the plan refuses outright (as opposed to a deployment that plans but does not fit).
+_UNPLANNABLE = (PlanError, DtypeError, KvDtypeError, QuantizationError)
+# Stands in for the GPU when the config names none: the daemon learns it from NVML, check-config cannot, so only
+# the plan's refusals are judged, not whether the model fits.
+_UNKNOWN_GPU = GpuSpec("unknown", 0)
+
+
+def model_problems(target: Target) -> tuple[tuple[str, str], ...]:
+    """Everything known about a target's model before it runs, as (field, message) pairs: a bad model or GPU
+    name, what the plan refuses (a tensor-parallel size that does not divide the attention heads...), and, where
+    gpu_type names the GPU, a model whose one longest request does not fit on it."""
+    catalog = resolve(target)
+    if catalog.arch is None:
+        return catalog.problems
+    try:
+        result = plan(catalog.arch, catalog.gpu or _UNKNOWN_GPU, deployment_for(target.deployment, target.engine, {}))
+    except _UNPLANNABLE as error:
+        return (*catalog.problems, ("deployment", str(error)))
+    if catalog.gpu is None or result.fits:
+        return catalog.problems
+    shortfall, *fixes = result.suggestions
+    options = f" ({'; '.join(fixes)})" if fixes else ""
+    return (*catalog.problems, ("gpu_type", f"{target.model} does not fit on {catalog.gpu.name}: {shortfall}{options}"))
 
 
 def _float(value: str | None) -> float | None:
@@ -80,5 +107,5 @@ def model_plan(
         gpu = GpuSpec("unknown", 0)
     try:
         return plan(arch, gpu, deployment)
-    except PlanError:
+    except _UNPLANNABLE:
         return None

@@ -29,10 +29,27 @@ GIB = 1024**3
 MIB = 1024**2
 
 
-def parse_size(text: str | int | float) -> int:
+def value_kind(value: object) -> str:
+    """What a parsed YAML or JSON value is, in the words of someone who wrote it: "a list", not "list"."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, dict):
+        return "a map"
+    return type(value).__name__
+
+
+def parse_size(text: object) -> int:
     """Bytes from "80GiB", "80GB", "81920MiB", "1.5e9" or a plain number of bytes."""
-    if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a size")
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise ValueError(f"expected a size such as 80GiB, got {value_kind(text)}")
     if isinstance(text, int | float):
         value, unit = float(text), ""
     else:
@@ -47,17 +64,16 @@ def parse_size(text: str | int | float) -> int:
     return round(value * _SIZE_UNITS[unit])
 
 
-def parse_duration(text: str | int | float) -> float:
-    """Seconds from Prometheus-style durations ("500ms", "15m", "1h30m") or a plain number of seconds."""
-    if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a duration")
-    if isinstance(text, int | float):
-        if text < 0 or not math.isfinite(text):
-            raise ValueError(f"{text!r} is not a non-negative duration")
-        return float(text)
+def parse_duration(text: object) -> float:
+    """Seconds from Prometheus-style durations ("500ms", "15m", "1h30m"). A bare number is refused: whether "5"
+    meant seconds or minutes is exactly the mistake nobody notices until an alert fires late."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        raise ValueError(f"{text} has no unit: write {text}s")
+    if not isinstance(text, str):
+        raise ValueError(f"expected a duration such as 5s, got {value_kind(text)}")
     stripped = text.strip()
     if re.fullmatch(r"[0-9]*\.?[0-9]+", stripped):
-        return float(stripped)
+        raise ValueError(f"{stripped} has no unit: write {stripped}s")
     parts = _DURATION_PART.findall(stripped)
     if not parts or "".join(number + unit for number, unit in parts) != stripped:
         raise ValueError(f"{text!r} is not a duration (expected e.g. 500ms, 5s, 15m, 1h30m)")

@@ -28,7 +28,7 @@ def test_bad_sizes_say_what_is_expected(text):
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("500ms", 0.5), ("5s", 5.0), ("15m", 900.0), ("1h30m", 5400.0), ("30", 30.0), ("1d", 86400.0)],
+    [("500ms", 0.5), ("5s", 5.0), ("15m", 900.0), ("1h30m", 5400.0), ("1d", 86400.0), (" 2s ", 2.0)],
 )
 def test_durations(text, expected):
     assert parse_duration(text) == expected
@@ -38,6 +38,22 @@ def test_durations(text, expected):
 def test_bad_durations(text):
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(("value", "message"), [("30", "30 has no unit: write 30s"), (5, "5 has no unit: write 5s")])
+def test_a_duration_without_a_unit_is_refused_with_the_fix(value, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        parse_duration(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"), [(["5s"], "a list"), ({"s": 5}, "a map"), (True, "a boolean"), (None, "nothing")]
+)
+def test_a_duration_that_is_not_a_scalar_names_what_it_got(value, kind):
+    with pytest.raises(ValueError, match=f"^expected a duration such as 5s, got {kind}$"):
+        parse_duration(value)
+    with pytest.raises(ValueError, match=f"^expected a size such as 80GiB, got {kind}$"):
+        parse_size(value)
 
 
 @given(st.integers(0, 2**50))

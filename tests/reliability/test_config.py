@@ -1,0 +1,279 @@
+"""Bad configs and flags, through the real `plimsoll` command: every problem named in one run, exit 2, no traceback,
+no secret echoed, and hostile YAML refused quickly."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.prometheus import LOOPBACK, free_port
+
+COMMAND_TIMEOUT_S = 20.0
+PASSWORD = "s3cret-pw-7731"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def text(self) -> str:
+        return self.out + self.err
+
+
+def plimsoll(*args: str) -> Outcome:
+    """The CLI as users run it. A daemon that starts when it should have refused its flags is killed at the
+    deadline and reaped by subprocess.run, and the test then fails on the exit code."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "exporter", *args],
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as expired:
+        raise AssertionError(f"plimsoll {' '.join(args)} still running after {COMMAND_TIMEOUT_S}s") from expired
+    return Outcome(done.returncode, done.stdout, done.stderr)
+
+
+def refused(outcome: Outcome) -> str:
+    """The error output of a run that must have been refused as bad input."""
+    assert "Traceback" not in outcome.text, outcome.text
+    assert outcome.code == 2, f"exit {outcome.code}, expected 2:\n{outcome.text}"
+    return outcome.err
+
+
+def write(tmp_path: Path, text: str, name: str = "plimsoll.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_check_config_names_every_problem_of_every_section_in_one_run(tmp_path):
+    config = write(
+        tmp_path,
+        """
+        listen: "nowhere"
+        poll_interval: [5s]
+        nvml: "sometimes"
+        colour: blue
+        targets:
+          - url: "localhost:8000"
+            engine: vlm
+          - name: llama
+            url: http://127.0.0.1:8001/metrics
+            model: llama-3.1-8b
+            deployment: {tensor_parallel: 3}
+        slos:
+          ttft: {threshold: 500, objective: 99}
+        saturation: {kv_usage: 1.5, lead_time: {minutes: 15}}
+        discovery:
+          files: targets.json
+        """,
+    )
+    err = refused(plimsoll("check-config", str(config)))
+    expected = [
+        f"{config}: listen:",
+        f"{config}: poll_interval: expected a duration such as 5s, got a list",
+        f"{config}: nvml:",
+        f"{config}: colour: unknown field",
+        f"{config}: targets[0].url: 'localhost:8000' is not a URL",
+        f"{config}: targets[0].engine: 'vlm' is not one of",
+        f"{config}: targets[1].deployment: --tp 3 does not divide the model's 32 attention heads",
+        f"{config}: slos.ttft.threshold: 500 has no unit: write 500s",
+        f"{config}: slos.ttft.objective: 99 is not a ratio",
+        f"{config}: saturation.kv_usage:",
+        f"{config}: saturation.lead_time: expected a duration such as 5s, got a map",
+        f"{config}: discovery.files: expected a list",
+    ]
+    missing = [line for line in expected if line not in err]
+    assert not missing, f"not reported: {missing}\n--- stderr ---\n{err}"
+
+
+@pytest.mark.parametrize(("value", "kind"), [("[5s]", "a list"), ("{seconds: 5}", "a map")])
+def test_a_list_or_map_where_a_duration_belongs_is_named_not_a_traceback(tmp_path, value, kind):
+    config = write(tmp_path, f"poll_interval: {value}\n")
+    err = refused(plimsoll("check-config", str(config)))
+    assert f"{config}: poll_interval: expected a duration such as 5s, got {kind}" in err
+
+
+def test_quoted_off_turns_nvml_off_and_an_unknown_word_is_refused(tmp_path):
+    from exporter.config import load_config
+
+    assert load_config(write(tmp_path, 'nvml: "off"\n')).nvml is False
+    assert load_config(write(tmp_path, 'nvml: "No"\n')).nvml is False
+    assert load_config(write(tmp_path, 'nvml: "on"\n')).nvml is True
+    config = write(tmp_path, 'nvml: "sometimes"\ndiscovery: {scan_local_ports: "nah"}\n')
+    err = refused(plimsoll("check-config", str(config)))
+    assert f"{config}: nvml: expected true or false" in err
+    assert f"{config}: discovery.scan_local_ports: expected true or false" in err
+
+
+def test_a_duration_without_a_unit_is_refused_with_the_fix(tmp_path):
+    config = write(tmp_path, "poll_interval: 5\n")
+    err = refused(plimsoll("check-config", str(config)))
+    assert f"{config}: poll_interval: 5 has no unit: write 5s" in err
+    err = refused(plimsoll("run", "--check-only", "--poll-interval", "5"))
+    assert "--poll-interval" in err and "5 has no unit: write 5s" in err
+    err = refused(plimsoll("probe", "--timeout", "3", "http://127.0.0.1:9/metrics"))
+    assert "3 has no unit: write 3s" in err
+
+
+def test_tensor_parallel_that_does_not_divide_the_heads_is_refused(tmp_path):
+    config = write(
+        tmp_path,
+        """
+        targets:
+          - url: http://127.0.0.1:8000/metrics
+            model: llama-3.1-8b
+            deployment: {tensor_parallel: 3}
+        """,
+    )
+    err = refused(plimsoll("check-config", str(config)))
+    assert f"{config}: targets[0].deployment: --tp 3 does not divide the model's 32 attention heads" in err
+
+
+def test_tensor_parallel_times_pipeline_parallel_must_match_the_listed_gpus(tmp_path):
+    config = write(
+        tmp_path,
+        """
+        targets:
+          - url: http://127.0.0.1:8000/metrics
+            model: llama-3.1-8b
+            gpus: [0]
+            deployment: {tensor_parallel: 2}
+        """,
+    )
+    err = refused(plimsoll("check-config", str(config)))
+    assert f"{config}: targets[0].gpus: lists 1 GPU but tensor_parallel 2 x pipeline_parallel 1 needs 2" in err
+
+
+def test_a_model_that_does_not_fit_its_gpu_type_is_refused_with_the_shortfall(tmp_path):
+    config = write(
+        tmp_path,
+        """
+        targets:
+          - url: http://127.0.0.1:8000/metrics
+            model: llama-3.1-70b
+            gpu_type: L4
+        """,
+    )
+    err = refused(plimsoll("check-config", str(config)))
+    (line,) = [line for line in err.splitlines() if f"{config}: targets[0].gpu_type: " in line]
+    assert "does not fit on L4: short by" in line
+
+
+def billion_laughs() -> list[str]:
+    """Nine anchors, each a list of ten aliases of the one before: 10**9 strings once expanded."""
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for before, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [{', '.join([f'*{before}'] * 10)}]")
+    return lines
+
+
+# Loads the file in a child limited to 1 GiB of address space, timing the load alone (not the interpreter start).
+_TIMED_LOAD = """
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from exporter.config import ConfigError, load_config, parse_target_file
+kind, path = sys.argv[1], sys.argv[2]
+started = time.perf_counter()
+try:
+    if kind == "config":
+        load_config(path)
+    else:
+        parse_target_file(open(path).read(), path)
+    problems = []
+except ConfigError as error:
+    problems = error.problems
+print(json.dumps({"seconds": time.perf_counter() - started, "problems": problems}))
+"""
+
+
+def timed_load(kind: str, path: Path) -> tuple[float, list[str]]:
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _TIMED_LOAD, kind, str(path)], capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired as expired:
+        raise AssertionError(f"loading {path} did not finish within 30 s") from expired
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout)
+    return answer["seconds"], answer["problems"]
+
+
+def test_a_yaml_alias_bomb_is_refused_in_well_under_a_second(tmp_path):
+    bomb = [*billion_laughs(), 'targets: [{url: "http://127.0.0.1:8000/metrics", engine: *i, model: *i}]']
+    config = write(tmp_path, "\n".join(bomb) + "\n")
+    seconds, problems = timed_load("config", config)
+    assert seconds < 1.0, f"took {seconds:.2f}s"
+    assert any("aliases" in p for p in problems), problems
+    err = refused(plimsoll("check-config", str(config)))
+    assert "aliases" in err
+
+
+def test_a_file_sd_alias_bomb_is_refused_in_well_under_a_second(tmp_path):
+    anchors = billion_laughs()
+    group = [f"- {anchors[0]}", *(f"  {line}" for line in anchors[1:])]
+    group += ['  targets: ["127.0.0.1:8000"]', "  labels: {engine: *i, model: *i}"]
+    path = write(tmp_path, "\n".join(group) + "\n", "sd.yaml")
+    seconds, problems = timed_load("file_sd", path)
+    assert seconds < 1.0, f"took {seconds:.2f}s"
+    assert any("aliases" in p for p in problems), problems
+
+
+def test_a_config_over_one_mebibyte_is_refused_before_parsing(tmp_path):
+    config = tmp_path / "big.yaml"
+    config.write_text("# padding\n" * (2 * 1024 * 1024 // 10) + "poll_interval: 5s\n")
+    err = refused(plimsoll("check-config", str(config)))
+    assert "over 1 MiB" in err
+
+
+def test_run_with_a_listen_address_that_is_not_host_port_says_so_on_one_line():
+    err = refused(plimsoll("run", "--nvml", "off", "--listen", "nonsense"))
+    assert err.strip().count("\n") == 0, err
+    assert "--listen" in err and "'nonsense' is not host:port" in err
+
+
+def test_run_with_a_target_that_is_not_a_url_says_so_on_one_line():
+    listen = f"{LOOPBACK}:{free_port()}"
+    err = refused(plimsoll("run", "--nvml", "off", "--listen", listen, "--target", "localhost:8000"))
+    assert err.strip().count("\n") == 0, err
+    assert "--target" in err and "'localhost:8000' is not a URL (expected http://host:port/path)" in err
+
+
+def test_a_password_in_a_target_url_is_refused_and_never_echoed(tmp_path):
+    url = f"http://admin:{PASSWORD}@127.0.0.1:8000/metrics"
+    config = write(tmp_path, f"targets: [{{url: '{url}'}}]\n")
+    outcome = plimsoll("check-config", str(config))
+    err = refused(outcome)
+    assert PASSWORD not in outcome.text
+    assert f"{config}: targets[0].url: credentials in the URL" in err and "password_file" in err
+
+    listen = f"{LOOPBACK}:{free_port()}"
+    outcome = plimsoll("run", "--nvml", "off", "--listen", listen, "--target", url)
+    refused(outcome)
+    assert PASSWORD not in outcome.text
+
+    broken = write(tmp_path, f"targets: [{{url: 'http://admin:{PASSWORD}@[::1/metrics'}}]\n", "broken.yaml")
+    outcome = plimsoll("check-config", str(broken))
+    refused(outcome)
+    assert PASSWORD not in outcome.text
+
+    unparsable = write(tmp_path, f"targets:\n  - url: http://admin:{PASSWORD}@127.0.0.1:8000/m: [\n", "bad.yaml")
+    outcome = plimsoll("check-config", str(unparsable))
+    refused(outcome)
+    assert PASSWORD not in outcome.text
+
+
+def test_a_password_in_a_file_sd_address_is_refused_and_never_echoed(tmp_path):
+    path = write(tmp_path, f'[{{"targets": ["admin:{PASSWORD}@127.0.0.1:8000"]}}]', "sd.json")
+    seconds, problems = timed_load("file_sd", path)
+    assert problems and all(PASSWORD not in p for p in problems), problems
+    assert any("credentials" in p for p in problems), problems
