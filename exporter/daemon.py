@@ -1,32 +1,39 @@
-"""The poll loop: read NVML and every target concurrently, derive headroom, publish one immutable snapshot.
+"""The poll loop: every target on its own schedule, NVML and discovery once a cycle, one immutable snapshot.
 
-One slow or broken target never delays the others: each has its own timeout and response-size cap, and every
-failure becomes a reason on that target (down, counted), never an exception out of the loop. The daemon owns
-time and I/O; everything it derives comes from the pure modules.
+Each target is read by a task of its own, so a target that never answers costs only its own timeout and every
+other target keeps its interval. Whatever goes wrong in one target's read (a dead server, a hostile page, a bug)
+becomes that target's failure reason, never an exception out of the loop. Pages are parsed in a worker thread so
+the event loop keeps answering /metrics, /healthz and SIGTERM while a large page is read. Every change is
+published as a new snapshot, swapped whole. The daemon owns time and I/O; what it derives comes from the pure
+modules.
 """
 
 import asyncio
+import base64
 import glob
 import json
 import logging
 import math
+import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+from yarl import URL
 
 from exporter import __version__
+from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.plan import CapacityPlan
-from exporter.config import Config, ConfigError, Target, load_config, parse_target_file, scan_targets
+from exporter.config import Config, ConfigError, Target, parse_target_file, redact_url, scan_targets
 from exporter.headroom import capacity_error_ratio, headroom
 from exporter.slo import SloCounter, advance
 from exporter.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetState
-from exporter.sources.engines import read_page
+from exporter.sources.engines import PageLimits, read_page
 from exporter.sources.engines.base import EngineReading, Histogram
 from exporter.sources.engines.llamacpp import capacity_from_slots
 from exporter.sources.kubernetes import PodDiscovery
@@ -40,41 +47,103 @@ log = logging.getLogger("plimsoll.daemon")
 HISTORY_SECONDS = 600.0
 HISTORY_POINTS = 60  # Theil-Sen is O(n^2): 60 points cost ~0.5 ms an instance per poll
 USER_AGENT = f"plimsoll/{__version__}"
-LLAMACPP_PREFIX = "llamacpp:"
+MAX_REDIRECTS = 5
+_REDIRECTS = frozenset((301, 302, 303, 307, 308))
+# With no config, the engines' usual ports are probed this often; only those that accept a connection are polled.
+SCAN_INTERVAL_SECONDS = 60.0
+SCAN_CONNECT_TIMEOUT_SECONDS = 0.5
+MAX_TARGET_FILE_BYTES = 1024 * 1024  # a file_sd file; a bigger one is refused like one that does not parse
 
 
 @dataclass(frozen=True)
 class Fetched:
     text: str | None
-    failure: str | None
+    failure: str | None  # one of snapshot.FAILURE_REASONS
+    detail: str | None  # the failure in words, for logs and /api/v1/state
     seconds: float
 
 
-async def fetch(session: aiohttp.ClientSession, url: str, timeout: float, max_bytes: int) -> Fetched:
-    """GET a metrics page with a deadline and a size cap; failures come back as a reason, never raised."""
+def _origin(url: URL) -> tuple[str, str | None, int | None]:
+    return url.scheme, url.host, url.port
+
+
+async def fetch(
+    session: aiohttp.ClientSession,
+    url: str,
+    timeout: float,
+    max_bytes: int,
+    headers: Mapping[str, str] | None = None,
+) -> Fetched:
+    """GET a metrics page with a deadline and a size cap; failures come back as a reason, never raised.
+
+    Redirects are followed only within the same origin (scheme, host and port): an engine that points elsewhere
+    would otherwise get the daemon, and the target's credentials, to request any address it names."""
     started = time.monotonic()
 
-    def done(text: str | None, failure: str | None) -> Fetched:
-        return Fetched(text, failure, time.monotonic() - started)
+    def done(text: str | None, failure: str | None, detail: str | None = None) -> Fetched:
+        return Fetched(text, failure, detail, time.monotonic() - started)
 
+    current = URL(url)
+    sent = {"User-Agent": USER_AGENT, **(headers or {})}
     try:
-        async with asyncio.timeout(timeout), session.get(url, headers={"User-Agent": USER_AGENT}) as response:
-            if response.status != 200:
-                return done(None, "http_status")
-            if "html" in response.headers.get("Content-Type", ""):
-                return done(None, "not_metrics")
-            body = bytearray()
-            async for chunk in response.content.iter_chunked(65536):
-                body += chunk
-                if len(body) > max_bytes:
-                    return done(None, "too_large")
-            return done(body.decode("utf-8", errors="replace"), None)
+        async with asyncio.timeout(timeout):
+            for _ in range(MAX_REDIRECTS + 1):
+                async with session.get(current, headers=sent, allow_redirects=False) as response:
+                    if response.status in _REDIRECTS:
+                        location = response.headers.get("Location")
+                        if not location:
+                            return done(None, "http_status", f"HTTP {response.status} without a Location")
+                        target = current.join(URL(location))
+                        if _origin(target) != _origin(current):
+                            where = redact_url(str(target))
+                            return done(
+                                None, "redirect", f"HTTP {response.status} to another origin ({where}): not followed"
+                            )
+                        current = target
+                        continue
+                    if response.status != 200:
+                        return done(None, "http_status", f"HTTP {response.status}")
+                    content_type = response.headers.get("Content-Type", "")
+                    if "html" in content_type:
+                        return done(None, "not_metrics", f"answered {content_type.split(';')[0]}, not a metrics page")
+                    body = bytearray()
+                    async for chunk in response.content.iter_chunked(65536):
+                        body += chunk
+                        if len(body) > max_bytes:
+                            return done(None, "too_large", f"the page is over {max_bytes:,} bytes (max_response_size)")
+                    return done(body.decode("utf-8", errors="replace"), None)
+            return done(None, "redirect", f"more than {MAX_REDIRECTS} redirects")
     except TimeoutError:
-        return done(None, "timeout")
-    except aiohttp.ClientConnectorError:
-        return done(None, "refused")
-    except (aiohttp.ClientError, OSError, ValueError):
-        return done(None, "error")
+        return done(None, "timeout", f"timeout after {timeout:g}s")
+    except aiohttp.ClientConnectorError as error:
+        refused = isinstance(error.os_error, ConnectionRefusedError)
+        return done(None, "refused", "connection refused" if refused else f"cannot connect: {error.os_error}")
+    except (aiohttp.ClientError, OSError, ValueError) as error:
+        return done(None, "error", f"{type(error).__name__}: {error}")
+
+
+class CredentialsError(Exception):
+    """A target's password or token file could not be read."""
+
+
+def _read_secret(path: str, field_name: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError as error:
+        raise CredentialsError(f"cannot read {field_name} {path}: {error.strerror}") from None
+
+
+def credential_headers(target: Target) -> dict[str, str]:
+    """The Authorization header from the target's basic_auth or bearer_token_file, read at every poll (as
+    Prometheus does) so a rotated secret is picked up without a reload."""
+    if target.basic_auth is not None:
+        password = _read_secret(target.basic_auth.password_file, "basic_auth.password_file")
+        pair = f"{target.basic_auth.username}:{password}".encode()
+        return {"Authorization": f"Basic {base64.b64encode(pair).decode('ascii')}"}
+    if target.bearer_token_file is not None:
+        return {"Authorization": f"Bearer {_read_secret(target.bearer_token_file, 'bearer_token_file')}"}
+    return {}
 
 
 @dataclass(frozen=True)
@@ -85,6 +154,16 @@ class TargetMemory:
     last_success: float | None = None
     histories: Mapping[str, History] = field(default_factory=dict)
     slo_counters: Mapping[tuple[str, str], SloCounter] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TargetFile:
+    """One file_sd file: re-read only when `stamp` changes; a version that does not parse keeps the last good
+    targets (an editor's half-saved file is common)."""
+
+    stamp: tuple[int, int, int]  # inode, size, mtime in ns
+    targets: tuple[Target, ...]
+    problem: str | None = None  # why the file's current content is not used
 
 
 def _histogram_for(reading: EngineReading, slo_name: str) -> Histogram | None:
@@ -108,8 +187,50 @@ def _pod_discovery(config: Config) -> PodDiscovery | None:
     return PodDiscovery(config.kubernetes, config.timeout_seconds) if config.kubernetes else None
 
 
+def _names_targets(config: Config) -> bool:
+    """Whether the config says where targets are; without, the daemon scans this host's usual engine ports."""
+    return bool(config.targets or config.target_files or config.kubernetes)
+
+
+def _load_target_file(path: str) -> tuple[Target, ...]:
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_TARGET_FILE_BYTES + 1)
+    if len(data) > MAX_TARGET_FILE_BYTES:
+        raise ConfigError([f"{path}: over {MAX_TARGET_FILE_BYTES:,} bytes; split the targets over several files"])
+    return parse_target_file(data.decode("utf-8", errors="replace"), path)
+
+
+def _model_name(name: str) -> str:
+    return name.lower().rstrip("/").rsplit("/", 1)[-1]
+
+
+def _serves(served: str, configured: str, arch: ModelArchitecture) -> bool:
+    """Whether the engine's own model name is the configured model. vLLM names it by the repository id or the
+    local path it loaded (unless --served-model-name says otherwise), so names are compared without case, by their
+    last path part, one containing the other."""
+    engine_name = _model_name(served)
+    return any(
+        name and (name in engine_name or engine_name in name)
+        for name in (_model_name(configured), _model_name(arch.name))
+    )
+
+
+async def _accepts_connections(target: Target) -> bool:
+    url = urlsplit(target.url)
+    try:
+        async with asyncio.timeout(SCAN_CONNECT_TIMEOUT_SECONDS):
+            _, writer = await asyncio.open_connection(url.hostname, url.port)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
+
+
 class Daemon:
-    """Owns the config, the per-target memory and the current snapshot. `poll_once` is the whole cycle."""
+    """Owns the config, the per-target memory and the current snapshot.
+
+    `poll_once` reads every target once, concurrently, and publishes: the first snapshot (readiness) comes from
+    it. `run` then keeps one task per target and a cycle at the poll interval for discovery and NVML."""
 
     def __init__(
         self,
@@ -125,13 +246,25 @@ class Daemon:
         self._nvml = nvml
         self._attributor = attributor or Attributor()
         self._memory: dict[str, TargetMemory] = {}
+        self._states: dict[str, TargetState] = {}
         self._catalogs: dict[tuple[str | None, str | None], TargetCatalog] = {}
-        self._file_targets: tuple[Target, ...] = ()
+        self._files: dict[str, TargetFile] = {}
         self._pods = _pod_discovery(config)
+        self._scanned: tuple[Target, ...] = ()
+        self._next_scan = -math.inf
+        self._targets: tuple[Target, ...] = ()
+        self._gpus: tuple[NvmlSnapshot | None, Mapping[int, str]] = (None, MappingProxyType({}))
+        self._cycle_seconds = 0.0
+        self._reported: set[str] = set()  # messages already logged: each problem is logged once
         # The model's plan changes only when the engine's configuration does: computed once per configuration.
         self._plans: dict[tuple[str, str, tuple[tuple[str, str], ...], GpuSpec | None], CapacityPlan | None] = {}
         self.snapshot: Snapshot = EMPTY
         self.config = config
+
+    def _report(self, message: str) -> None:
+        if message not in self._reported:
+            self._reported.add(message)
+            log.warning("%s", message)
 
     def _catalog(self, target: Target) -> TargetCatalog:
         """The target's model and GPU preset, loaded on first sight (static and file_sd targets alike); a bad name
@@ -143,137 +276,276 @@ class Daemon:
                 log.warning("target %s: %s: %s", target.name, field_name, problem)
         return self._catalogs[key]
 
-    def reload(self, path: str) -> bool:
-        """Swap in a new config; a bad one is rejected (logged) and the running one stays."""
-        try:
-            new = load_config(path)
-        except ConfigError as error:
-            log.error("config reload rejected, keeping the running config:\n%s", error)
-            return False
+    def apply(self, config: Config) -> None:
+        """Run with a new config from the next cycle on (a reload: built and validated by the caller)."""
         self._catalogs.clear()
         self._plans.clear()
-        if new.kubernetes != self.config.kubernetes or new.timeout_seconds != self.config.timeout_seconds:
-            self._pods = _pod_discovery(new)
-        self.config = new
-        log.info("config reloaded from %s: %d static targets", path, len(new.targets))
-        return True
+        if config.kubernetes != self.config.kubernetes or config.timeout_seconds != self.config.timeout_seconds:
+            self._pods = _pod_discovery(config)
+        self.config = config
+        log.info("config applied from %s: %d static targets", config.source, len(config.targets))
 
     def targets(self) -> tuple[Target, ...]:
+        """Static, file_sd and pod targets (with no config at all: the scanned ports that answered), one per name:
+        a name given twice keeps its first definition and the other is logged, never polled twice."""
         config = self.config
-        if config.targets or config.target_files or config.kubernetes:
-            return config.targets + self._file_targets + (self._pods.targets if self._pods else ())
-        return scan_targets() if config.scan_local_ports else ()
+        if _names_targets(config):
+            found = (
+                config.targets
+                + tuple(t for f in self._files.values() for t in f.targets)
+                + (self._pods.targets if self._pods else ())
+            )
+        else:
+            found = self._scanned if config.scan_local_ports else ()
+        unique: dict[str, Target] = {}
+        for target in found:
+            first = unique.setdefault(target.name, target)
+            if first is not target and first != target:
+                self._report(
+                    f"target {target.name!r} from {target.source} is not polled: {first.source} already defines a "
+                    "target of that name (names label every series: keep them unique)"
+                )
+        return tuple(unique.values())
 
     def refresh_target_files(self) -> None:
-        """Re-read file_sd files (globs allowed, as in Prometheus); a broken file keeps the targets it had (an
-        editor's half-saved file is common)."""
-        found: list[Target] = []
-        paths = sorted({p for pattern in self.config.target_files for p in glob.glob(pattern)})
-        for path in paths:
+        """Re-read the file_sd files that changed since the last look (globs allowed, as in Prometheus)."""
+        current: dict[str, TargetFile] = {}
+        for path in sorted({p for pattern in self.config.target_files for p in glob.glob(pattern)}):
             try:
-                with open(path) as handle:
-                    found.extend(parse_target_file(handle.read(), path))
+                stat = os.stat(path)
+            except OSError:
+                continue  # removed between the glob and now
+            stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            known = self._files.get(path)
+            if known is not None and known.stamp == stamp:
+                current[path] = known
+                continue
+            try:
+                current[path] = TargetFile(stamp, _load_target_file(path))
             except (OSError, ConfigError) as error:
-                log.warning("target file %s not used this poll: %s", path, error)
-                return
-        self._file_targets = tuple(found)
+                kept = known.targets if known is not None else ()
+                log.warning("target file %s not used, keeping its last good %d targets: %s", path, len(kept), error)
+                current[path] = TargetFile(stamp, kept, str(error))
+        self._files = current
 
-    async def poll_once(self, session: aiohttp.ClientSession) -> Snapshot:
-        started = time.monotonic()
-        self.refresh_target_files()
+    async def _scan(self) -> None:
+        """With no config: the engines' usual ports on this host that accept a connection, re-probed now and then,
+        so a port with nothing behind it is no target (a permanent target_up 0 raises tickets for nothing)."""
+        now = time.monotonic()
+        if now < self._next_scan:
+            return
+        self._next_scan = now + SCAN_INTERVAL_SECONDS
+        candidates = scan_targets()
+        answered = await asyncio.gather(*(_accepts_connections(t) for t in candidates))
+        found = tuple(t for t, ok in zip(candidates, answered, strict=True) if ok)
+        if {t.name for t in found} != {t.name for t in self._scanned}:
+            log.info("port scan: engines answering on %s", ", ".join(t.name for t in found) or "no port")
+        self._scanned = found
+
+    async def _discover(self, session: aiohttp.ClientSession) -> tuple[Target, ...]:
+        if self.config.target_files:
+            await asyncio.to_thread(self.refresh_target_files)
         if self._pods:
             await self._pods.refresh(session)
-        targets = self.targets()
-        nvml_read = asyncio.to_thread(self._read_gpus, targets) if self._nvml else asyncio.sleep(0, result=(None, {}))
-        fetches = [
-            fetch(session, t.url, t.timeout_seconds or self.config.timeout_seconds, self.config.max_response_bytes)
-            for t in targets
-        ]
-        (nvml, process_targets), *pages = await asyncio.gather(nvml_read, *fetches)
-        slots = await asyncio.gather(
-            *(self._llamacpp_slots(session, t, page) for t, page in zip(targets, pages, strict=True))
-        )
-        now = self._clock()
+        if self.config.scan_local_ports and not _names_targets(self.config):
+            await self._scan()
+        self._targets = self.targets()
+        return self._targets
+
+    def _forget_gone(self) -> None:
+        live = {t.name for t in self._targets}
+        for gone in [name for name in self._memory.keys() | self._states.keys() if name not in live]:
+            self._states.pop(gone, None)
+            self._memory.pop(gone, None)
+
+    async def _read_gpus(self, targets: tuple[Target, ...]) -> None:
+        if self._nvml is not None:
+            self._gpus = await asyncio.to_thread(self._read_gpus_blocking, targets)
+
+    def _read_gpus_blocking(self, targets: tuple[Target, ...]) -> tuple[NvmlSnapshot | None, Mapping[int, str]]:
+        """NVML, then the target of each GPU process (/proc reads): both block, so both run in a thread."""
+        nvml = self._nvml.read() if self._nvml else None
+        return nvml, MappingProxyType(dict(self._attributor.attribute(nvml, targets)))
+
+    async def poll_once(self, session: aiohttp.ClientSession) -> Snapshot:
+        """Discover, read NVML, read every target concurrently (each bounded by its timeout), publish."""
+        started = time.monotonic()
+        targets = await self._discover(session)
+        self._forget_gone()
+        await self._read_gpus(targets)
+        states = await asyncio.gather(*(self._poll_target(session, t) for t in targets))
+        for target, state in zip(targets, states, strict=True):
+            self._record(target, state)
+        self._cycle_seconds = time.monotonic() - started
+        return self._publish()
+
+    async def run(self, session: aiohttp.ClientSession) -> None:
+        workers: dict[str, tuple[Target, asyncio.Task[None]]] = {}
+        try:
+            await self._guarded(self.poll_once(session))
+            while True:
+                self._sync_workers(session, workers)
+                await asyncio.sleep(self.next_delay())
+                await self._guarded(self._cycle(session))
+        finally:
+            for _, task in workers.values():
+                task.cancel()
+            await asyncio.gather(*(task for _, task in workers.values()), return_exceptions=True)
+
+    @staticmethod
+    async def _guarded(step: Awaitable[object]) -> None:
+        try:
+            await step
+        except Exception:  # the loop must outlive any bug in one cycle; the next cycle starts clean
+            log.exception("poll cycle failed")
+
+    async def _cycle(self, session: aiohttp.ClientSession) -> None:
+        started = time.monotonic()
+        targets = await self._discover(session)
+        await self._read_gpus(targets)
+        self._cycle_seconds = time.monotonic() - started
+        self._publish()
+
+    def _sync_workers(
+        self, session: aiohttp.ClientSession, workers: dict[str, tuple[Target, asyncio.Task[None]]]
+    ) -> None:
+        """One task per target: started when it appears (at once if it was never read), cancelled when it goes or
+        its definition changes. No await in here: a cancelled worker never records after its target is gone."""
+        wanted = {t.name: t for t in self._targets}
+        for name, (target, task) in list(workers.items()):
+            if wanted.get(name) != target:
+                task.cancel()
+                del workers[name]
+                if name in wanted:
+                    self._memory.pop(name, None)  # another URL or engine: its history is not this one's
+                    self._states.pop(name, None)
+        self._forget_gone()
+        for name, target in wanted.items():
+            if name not in workers:
+                first = self._delay(target) if name in self._states else 0.0
+                task = asyncio.create_task(self._worker(session, target, first), name=f"plimsoll-target-{name}")
+                workers[name] = (target, task)
+
+    async def _worker(self, session: aiohttp.ClientSession, target: Target, delay: float) -> None:
+        while True:
+            await asyncio.sleep(delay)
+            self._record(target, await self._poll_target(session, target))
+            self._publish()
+            delay = self._delay(target)
+
+    def _jittered(self, interval: float) -> float:
+        """±10%, so many daemons do not hit shared engines in lock-step."""
+        return interval * (0.9 + 0.2 * self._rng.random())
+
+    def _delay(self, target: Target) -> float:
+        return self._jittered(target.poll_interval_seconds or self.config.poll_interval_seconds)
+
+    def next_delay(self) -> float:
+        return self._jittered(self.config.poll_interval_seconds)
+
+    def _record(self, target: Target, state: TargetState) -> None:
+        """Keep the target's latest state; a change between up and down (or of the reason) is logged once."""
+        previous = self._states.get(target.name)
+        if not state.up and (previous is None or previous.up or previous.last_failure != state.last_failure):
+            log.warning("target %s down: %s", target.name, state.last_error)
+        elif state.up and previous is not None and not previous.up:
+            log.info("target %s up again", target.name)
+        self._states[target.name] = state
+
+    def _publish(self) -> Snapshot:
+        nvml, process_targets = self._gpus
+        targets = self._targets
         states = tuple(
-            self._observe(t, page, targets, nvml, process_targets, now, capacity)
-            for t, page, capacity in zip(targets, pages, slots, strict=True)
+            replace(state, gpus=tuple(g.index for g in _gpus_of(t, targets, nvml, process_targets)))
+            for t in targets
+            if (state := self._states.get(t.name)) is not None
         )
-        live = {t.name for t in targets}
-        self._memory = {name: memory for name, memory in self._memory.items() if name in live}
         self.snapshot = Snapshot(
-            taken_at=now,
+            taken_at=self._clock(),
             ready=True,
             nvml=nvml,
             targets=states,
             vram_unexplained_bytes=MappingProxyType(_unexplained(states, nvml)),
-            process_targets=MappingProxyType(process_targets),
-            poll_duration_seconds=time.monotonic() - started,
+            process_targets=process_targets,
+            poll_duration_seconds=self._cycle_seconds,
             saturation_kv_usage=self.config.saturation_kv_usage,
         )
         return self.snapshot
 
-    def _read_gpus(self, targets: tuple[Target, ...]) -> tuple[NvmlSnapshot | None, Mapping[int, str]]:
-        """NVML, then the target of each GPU process (/proc reads): both block, so both run in the poll's thread."""
-        nvml = self._nvml.read() if self._nvml else None
-        return nvml, self._attributor.attribute(nvml, targets)
+    async def _poll_target(self, session: aiohttp.ClientSession, target: Target) -> TargetState:
+        started = time.monotonic()
+        try:
+            return await self._read_target(session, target)
+        except Exception as error:  # a surprise in one target's read is that target's failure, never the loop's
+            log.debug("target %s: unexpected failure", target.name, exc_info=True)
+            return self._failed(target, "error", f"{type(error).__name__}: {error}", time.monotonic() - started)
 
-    async def _llamacpp_slots(self, session: aiohttp.ClientSession, target: Target, page: Fetched) -> int | None:
+    async def _read_target(self, session: aiohttp.ClientSession, target: Target) -> TargetState:
+        if target.problem is not None:
+            return self._failed(target, "invalid_target", target.problem, 0.0)
+        try:
+            headers = credential_headers(target)
+        except CredentialsError as error:
+            return self._failed(target, "error", str(error), 0.0)
+        timeout = target.timeout_seconds or self.config.timeout_seconds
+        page = await fetch(session, target.url, timeout, self.config.max_response_bytes, headers)
+        if page.text is None:
+            return self._failed(target, page.failure or "error", page.detail, page.seconds)
+        limits = PageLimits(self.config.max_series_per_target, self.config.max_instances_per_target)
+        read = await asyncio.to_thread(read_page, page.text, target.engine, limits)
+        if read.failure is not None or read.engine is None:
+            return self._failed(target, read.failure or "unknown_engine", read.detail, page.seconds)
+        readings = list(read.readings)
+        if read.engine == "llamacpp":
+            slots = await self._llamacpp_slots(session, target, headers, timeout)
+            readings = [
+                r
+                if r.kv_cache_capacity_tokens is not None or slots is None
+                else replace(r, kv_cache_capacity_tokens=slots)
+                for r in readings
+            ]
+        return self._succeeded(target, read.engine, readings, page.seconds)
+
+    async def _llamacpp_slots(
+        self, session: aiohttp.ClientSession, target: Target, headers: Mapping[str, str], timeout: float
+    ) -> int | None:
         """llama.cpp's /metrics has no KV capacity; its /slots has each slot's context. None when unreachable
-        (the server runs without --slots, or the page is not llama.cpp's)."""
-        if page.text is None or LLAMACPP_PREFIX not in page.text:
-            return None
+        (the server runs without --slots)."""
         url = urlsplit(target.url)
         slots_url = urlunsplit((url.scheme, url.netloc, "/slots", "", ""))
-        fetched = await fetch(session, slots_url, target.timeout_seconds or self.config.timeout_seconds, 1 << 20)
+        fetched = await fetch(session, slots_url, timeout, 1 << 20, headers)
         try:
             slots = json.loads(fetched.text) if fetched.text is not None else None
         except ValueError:
             return None
         return capacity_from_slots(slots) if isinstance(slots, list) else None
 
-    def _observe(
-        self,
-        target: Target,
-        page: Fetched,
-        targets: tuple[Target, ...],
-        nvml: NvmlSnapshot | None,
-        process_targets: Mapping[int, str],
-        now: float,
-        slots_capacity: int | None = None,
-    ) -> TargetState:
+    def _failed(self, target: Target, failure: str, detail: str | None, seconds: float) -> TargetState:
         memory = self._memory.get(target.name, TargetMemory())
-        engine, readings, failure = None, [], page.failure
-        if page.text is not None:
-            engine, readings = read_page(page.text, target.engine)
-            if engine is None:
-                failure = "unknown_engine" if "# TYPE" in page.text or "_total" in page.text else "not_metrics"
-            if slots_capacity is not None:
-                readings = [
-                    r if r.kv_cache_capacity_tokens is not None else replace(r, kv_cache_capacity_tokens=slots_capacity)
-                    for r in readings
-                ]
-        gpus = _gpus_of(target, targets, nvml, process_targets)
-        gpu_indices = tuple(g.index for g in gpus)
-        if failure is not None:
-            counts = dict(memory.failures_total)
-            counts[failure] = counts.get(failure, 0) + 1
-            self._memory[target.name] = replace(memory, failures_total=MappingProxyType(counts))
-            return TargetState(
-                target=target,
-                up=False,
-                engine=None,
-                last_failure=failure,
-                failures_total=self._memory[target.name].failures_total,
-                last_success_timestamp=memory.last_success,
-                scrape_duration_seconds=page.seconds,
-                gpus=gpu_indices,
-            )
+        counts = dict(memory.failures_total)
+        counts[failure] = counts.get(failure, 0) + 1
+        self._memory[target.name] = replace(memory, failures_total=MappingProxyType(counts))
+        return TargetState(
+            target=target,
+            up=False,
+            engine=None,
+            last_failure=failure,
+            failures_total=self._memory[target.name].failures_total,
+            last_success_timestamp=memory.last_success,
+            scrape_duration_seconds=seconds,
+            last_error=detail or failure,
+        )
+
+    def _succeeded(self, target: Target, engine: str, readings: list[EngineReading], seconds: float) -> TargetState:
+        memory = self._memory.get(target.name, TargetMemory())
+        now = self._clock()
+        nvml, process_targets = self._gpus
+        gpus = _gpus_of(target, self._targets, nvml, process_targets)
+        catalog = self._catalog(target)
+        gpu = catalog.gpu or (GpuSpec(gpus[0].name, gpus[0].total_bytes) if gpus else None)
         histories = dict(memory.histories)
         counters = dict(memory.slo_counters)
-        gpu = self._catalog(target).gpu or (GpuSpec(gpus[0].name, gpus[0].total_bytes) if gpus else None)
-        instances = []
-        for reading in readings:
-            instances.append(self._instance(target, reading, gpu, histories, counters, now))
+        instances = tuple(self._instance(target, r, gpu, histories, counters, now) for r in readings)
         self._memory[target.name] = TargetMemory(
             failures_total=memory.failures_total,
             last_success=now,
@@ -287,10 +559,25 @@ class Daemon:
             last_failure=None,
             failures_total=memory.failures_total,
             last_success_timestamp=now,
-            scrape_duration_seconds=page.seconds,
-            instances=tuple(instances),
-            gpus=gpu_indices,
+            scrape_duration_seconds=seconds,
+            instances=instances,
+            warnings=self._model_warnings(target, catalog, readings),
         )
+
+    def _model_warnings(self, target: Target, catalog: TargetCatalog, readings: list[EngineReading]) -> tuple[str, ...]:
+        """A configured model that is not the one the engine serves makes every model metric wrong (a 255x
+        'drift' that is only a typo): say so, once in the log and always in the state."""
+        if target.model is None or catalog.arch is None:
+            return ()
+        warnings = tuple(
+            f"the engine serves {served!r} but the config names model {target.model!r}: model metrics compare "
+            "against the configured model"
+            for served in dict.fromkeys(r.model for r in readings if r.model)
+            if not _serves(served, target.model, catalog.arch)
+        )
+        for warning in warnings:
+            self._report(f"target {target.name}: {warning}")
+        return warnings
 
     def _instance(
         self,
@@ -312,12 +599,8 @@ class Daemon:
         if reading.kv_cache_usage_ratio is not None:
             history = history.add(Point(now, reading.kv_cache_usage_ratio))
         histories[reading.instance] = history
-        eta = eta_seconds(
-            history.points,
-            self.config.saturation_kv_usage,
-            now,
-            min_span_seconds=3 * self.config.poll_interval_seconds,
-        )
+        interval = target.poll_interval_seconds or self.config.poll_interval_seconds
+        eta = eta_seconds(history.points, self.config.saturation_kv_usage, now, min_span_seconds=3 * interval)
         slos = []
         for slo in self.config.slos:
             histogram = _histogram_for(reading, slo.name)
@@ -345,19 +628,6 @@ class Daemon:
         if key not in self._plans:
             self._plans[key] = model_plan(arch, target.deployment, reading.engine, reading.engine_config, gpu)
         return self._plans[key]
-
-    def next_delay(self) -> float:
-        """The poll interval with ±10% jitter, so many daemons do not hit shared engines in lock-step."""
-        interval = self.config.poll_interval_seconds
-        return interval * (0.9 + 0.2 * self._rng.random())
-
-    async def run(self, session: aiohttp.ClientSession) -> None:
-        while True:
-            try:
-                await self.poll_once(session)
-            except Exception:  # the loop must outlive any bug in one cycle; the next poll starts clean
-                log.exception("poll failed")
-            await asyncio.sleep(self.next_delay())
 
 
 def _unexplained(states: tuple[TargetState, ...], nvml: NvmlSnapshot | None) -> dict[str, float]:

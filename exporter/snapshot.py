@@ -11,7 +11,19 @@ from exporter.sources.engines.base import EngineReading
 from exporter.sources.nvml import NvmlSnapshot
 
 # Why a poll of a target failed: the label values of plimsoll_target_poll_failures_total.
-FAILURE_REASONS = ("timeout", "refused", "http_status", "too_large", "not_metrics", "unknown_engine", "error")
+FAILURE_REASONS = (
+    "timeout",
+    "refused",
+    "http_status",
+    "redirect",  # to another origin: never followed
+    "too_large",
+    "not_metrics",
+    "unknown_engine",
+    "too_many_series",
+    "too_many_instances",
+    "invalid_target",  # discovery could not accept it as given (a bad engine label, say); never polled
+    "error",
+)
 
 
 @dataclass(frozen=True)
@@ -37,12 +49,14 @@ class TargetState:
     target: Target
     up: bool
     engine: str | None
-    last_failure: str | None
+    last_failure: str | None  # one of FAILURE_REASONS
     failures_total: Mapping[str, int]
     last_success_timestamp: float | None
     scrape_duration_seconds: float | None
     instances: tuple[InstanceState, ...] = ()
     gpus: tuple[str, ...] = ()  # GPU indices this target runs on, as attributed
+    last_error: str | None = None  # the failure in words: "HTTP 404", "timeout after 3s", ...
+    warnings: tuple[str, ...] = ()  # what is wrong though the target is read (a model that is not the engine's)
 
 
 @dataclass(frozen=True)

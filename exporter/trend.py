@@ -47,11 +47,27 @@ def slope(points: Sequence[Point], min_span_seconds: float = 60.0) -> float | No
     return median(slopes) if slopes else None
 
 
-def _level(points: Sequence[Point], now: float, slope_per_second: float | None) -> float:
-    """The trend line's value at `now`; without a slope, the median of the points (so a single spike is ignored)."""
-    if slope_per_second is None:
-        return median(p.value for p in points)
+RECENT_POINTS = 12  # one minute at the default 5 s poll: what "now" means for a turn in the trend
+# One-sided 95% for the Mann-Kendall statistic: a fall this clear in the recent points is not noise.
+_FALLING_Z = 1.645
+
+
+def _level(points: Sequence[Point], now: float, slope_per_second: float) -> float:
+    """The trend line's value at `now`."""
     return median(p.value + slope_per_second * (now - p.t) for p in points)
+
+
+def _falling(points: Sequence[Point]) -> bool:
+    """Whether the points fall, beyond what noise explains (Mann-Kendall: the sign of every later-minus-earlier
+    difference, summed, against its spread under no trend)."""
+    n = len(points)
+    if n < 4:
+        return False
+    s = sum(
+        (later.value > p.value) - (later.value < p.value) for i, p in enumerate(points) for later in points[i + 1 :]
+    )
+    spread = math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
+    return s < -_FALLING_Z * spread
 
 
 def eta_seconds(
@@ -62,22 +78,29 @@ def eta_seconds(
     min_span_seconds: float = 60.0,
     min_slope: float = 1e-9,
 ) -> float:
-    """Seconds from `now` until the trend reaches `threshold`: 0 when its level is already there, `math.inf`
-    when there is no rising trend (too little history, flat, falling, or a slope under `min_slope` per second).
+    """Seconds from `now` until the trend reaches `threshold`: 0 while the usage is there, `math.inf` when there
+    is no rising trend (too little history, flat, falling, or a slope under `min_slope` per second).
 
-    The level is the Theil-Sen line at `now`, not the last reading, so one spike neither reports saturation nor
-    shortens the ETA. `min_slope` keeps rounding noise in a flat series (0.30000000000000004 after 0.3) from
-    turning "never" into an ETA of centuries.
+    "The usage" is the median of the last three readings, so one spike does not report saturation, and usage that
+    has fallen below the threshold stops reading as saturated within two polls. A window's slope turns slowly (a
+    long plateau holds its median near zero for minutes), so a clear fall in the last `RECENT_POINTS` readings
+    gives `math.inf` at once: the alert that reads this must not see "saturated" or "soon" while usage drains.
+    The ETA runs along the window's Theil-Sen line, not from the last reading, so one spike does not shorten it.
+    `min_slope` keeps rounding noise in a flat series (0.30000000000000004 after 0.3) from turning "never" into an
+    ETA of centuries.
     """
     if not points:
         return math.inf
-    rate = slope(points, min_span_seconds)
-    current = _level(points, now, rate)
-    if current >= threshold:
+    usage = median(p.value for p in points[-3:])
+    if usage >= threshold:
         return 0.0
-    if rate is None or rate <= 0.0 or rate < min_slope:
+    rate = slope(points, min_span_seconds)
+    if rate is None or rate <= 0.0 or rate < min_slope or _falling(points[-RECENT_POINTS:]):
         return math.inf
-    return (threshold - current) / rate
+    # The line can sit above the threshold while the readings have not got there yet (a ramp that just slowed):
+    # then the readings, not the line, say how far there is still to go.
+    level = _level(points, now, rate)
+    return (threshold - (level if level < threshold else usage)) / rate
 
 
 @dataclass(frozen=True)

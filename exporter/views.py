@@ -30,6 +30,10 @@ def reading_dict(reading: EngineReading) -> dict[str, Any]:
         "preemptions_total": _number(reading.preemptions_total),
         "prompt_tokens_total": _number(reading.prompt_tokens_total),
         "generation_tokens_total": _number(reading.generation_tokens_total),
+        # A field the page carried with a value outside its domain, and why; and the fields the engine does not
+        # report at all: null above means one or the other.
+        "invalid": dict(reading.invalid),
+        "absent": list(reading.absent_fields()),
     }
 
 
@@ -56,6 +60,8 @@ def _target_dict(state: TargetState) -> dict[str, Any]:
         "up": state.up,
         "engine": state.engine,
         "last_failure": state.last_failure,
+        "last_error": state.last_error,
+        "warnings": list(state.warnings),
         "failures_total": dict(state.failures_total),
         "last_success_timestamp": state.last_success_timestamp,
         "scrape_duration_seconds": state.scrape_duration_seconds,

