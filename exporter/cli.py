@@ -119,7 +119,9 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         help="the daemon: poll NVML and engines, serve headroom on /metrics",
         formatter_class=_Formatter,
         description="Without --config or --target, scans this host's usual engine ports (8000, 30000, 8002, 8080, "
-        "23333). SIGHUP reloads the config (a bad one is rejected and the running one kept); SIGTERM drains and exits.",
+        "23333). SIGHUP rebuilds the config from the file, the flags and their environment twins (a bad one is "
+        "rejected and the running one kept; listen, nvml, web_config and request_header_timeout take a restart); "
+        "SIGTERM drains and exits.",
     )
     _env_twin(p, "--config", "PLIMSOLL_CONFIG", help="YAML config file")
     _env_twin(
@@ -397,8 +399,8 @@ def _generate(args: argparse.Namespace) -> int:
         for path in differing:
             print(f"stale: {out / path} (regenerate: plimsoll generate {source}--out {out})")
         return 1 if differing else EXIT_OK
-    for path in generate.write(items, out):
-        print(f"wrote {path}")
+    for written in generate.write(items, out):
+        print(f"wrote {written}")
     return EXIT_OK
 
 

@@ -4,6 +4,7 @@ one pass, each naming the file and the field path), and handed out as frozen obj
     config.yaml: targets[1].url: 'localhost:8000' is not a URL (expected http://host:port/path)
 """
 
+import math
 import os
 import re
 import stat
@@ -187,7 +188,7 @@ def expand_env(text: str, environ: Mapping[str, str], problems: list[str], where
 def _yaml_problem(error: yaml.YAMLError) -> str:
     """PyYAML's message without its snippet of the document: that line may hold a secret."""
     if not isinstance(error, yaml.MarkedYAMLError):
-        return str(error)
+        return " ".join(str(error).split())  # a reader error: the character and its position, on one line
     mark = error.problem_mark or error.context_mark
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
     context = f" ({error.context})" if error.context else ""
@@ -222,8 +223,7 @@ def _expanded_nodes(root: yaml.Node) -> tuple[int, int]:
     return len(sizes), expanded
 
 
-def load_yaml(text: str, source: str) -> Any:
-    """One YAML document, safely: no tags that build objects, and no aliases that expand without bound."""
+def _document(text: str) -> Any:
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -231,23 +231,25 @@ def load_yaml(text: str, source: str) -> Any:
             return None
         spelled_out, expanded = _expanded_nodes(node)
         if expanded - spelled_out > MAX_ALIAS_EXPANSION:
-            raise ConfigError(
-                [
-                    f"{source}: YAML aliases expand this document to {expanded:,} values from {spelled_out:,} "
-                    f"written (at most {MAX_ALIAS_EXPANSION:,} more are allowed); refused"
-                ]
+            raise ValueError(
+                f"aliases expand this document to {expanded:,} values from {spelled_out:,} written "
+                f"(at most {MAX_ALIAS_EXPANSION:,} more are allowed)"
             )
         return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """One YAML document, safely: no tags that build objects, and no aliases that expand without bound."""
+    try:
+        return _document(text)
     except yaml.YAMLError as error:
         raise ConfigError([f"{source}: not valid YAML: {_yaml_problem(error)}"]) from None
-    except ConfigError:
-        raise
-    except ValueError as error:  # a self-containing alias, or a value the constructor rejects (2001-13-01)
+    except ValueError as error:  # too many aliases, or a value the constructor rejects (2001-13-01)
         raise ConfigError([f"{source}: not usable YAML: {error}"]) from None
     except RecursionError:
         raise ConfigError([f"{source}: not usable YAML: nested too deeply"]) from None
-    finally:
-        loader.dispose()
 
 
 class _Reader:
@@ -296,9 +298,12 @@ def _number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"expected {what}, got {value_kind(value)}")
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         raise ValueError(f"{_shown(value)} is not {what}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{_shown(value)} is not {what}")
+    return number
 
 
 def _ratio(value: Any) -> float:

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from exporter.cli import main
+from exporter.cli import build_parser, main, run_config
+from exporter.config import ConfigError
 from tests.conftest import ENGINE_FIXTURES
 from tests.daemon.pages import page_server
 
@@ -104,5 +105,82 @@ def test_run_help_names_every_environment_twin(capsys, flag):
     with pytest.raises(SystemExit):
         main(["run", flag])
     out = capsys.readouterr().out
-    for env in ("PLIMSOLL_CONFIG", "PLIMSOLL_LISTEN", "PLIMSOLL_POLL_INTERVAL", "PLIMSOLL_TARGETS", "PLIMSOLL_NVML"):
+    for env in (
+        "PLIMSOLL_CONFIG",
+        "PLIMSOLL_LISTEN",
+        "PLIMSOLL_POLL_INTERVAL",
+        "PLIMSOLL_TARGETS",
+        "PLIMSOLL_NVML",
+        "PLIMSOLL_WEB_CONFIG",
+    ):
         assert env in out
+
+
+def run_args(*argv: str):
+    return build_parser().parse_args(["run", *argv])
+
+
+def test_the_run_config_is_rebuilt_from_the_file_with_the_flags_on_top(tmp_path):
+    """What a reload does: the file's edit shows, and the flags still apply."""
+    config = tmp_path / "c.yaml"
+    config.write_text("poll_interval: 10s\ntargets: [{name: a, url: 'http://127.0.0.1:1/metrics'}]\n")
+    args = run_args("--config", str(config), "--poll-interval", "2s", "--target", "http://127.0.0.1:2/metrics")
+    first = run_config(args)
+    config.write_text("poll_interval: 10s\ntargets: [{name: b, url: 'http://127.0.0.1:3/metrics'}]\n")
+    second = run_config(args)
+    assert [t.name for t in first.targets] == ["a", "127.0.0.1:2"]
+    assert [t.name for t in second.targets] == ["b", "127.0.0.1:2"]
+    assert first.poll_interval_seconds == second.poll_interval_seconds == 2.0
+
+
+def test_environment_twins_apply_like_their_flags(tmp_path, monkeypatch):
+    (tmp_path / "web.yml").write_text("basic_auth_users: {}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PLIMSOLL_TARGETS", "http://127.0.0.1:1/metrics, http://127.0.0.1:2/metrics")
+    monkeypatch.setenv("PLIMSOLL_NVML", "off")
+    monkeypatch.setenv("PLIMSOLL_WEB_CONFIG", "web.yml")
+    config = run_config(run_args("--target", "http://127.0.0.1:3/metrics"))
+    assert [t.name for t in config.targets] == ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+    assert config.nvml is False and config.web_config == "web.yml" and not config.scan_local_ports
+
+
+def test_every_bad_flag_and_config_problem_is_raised_at_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "c.yaml"
+    config.write_text("timeout: 3\n")
+    args = run_args(
+        "--config",
+        str(config),
+        "--listen",
+        "nonsense",
+        "--poll-interval",
+        "5",
+        "--nvml",
+        "maybe",
+        "--web-config",
+        "missing.yml",
+        "--target",
+        "localhost:8000",
+    )
+    with pytest.raises(ConfigError) as error:
+        run_config(args)
+    assert error.value.problems == [
+        f"{config}: timeout: 3 has no unit: write 3s",
+        "--listen (PLIMSOLL_LISTEN): 'nonsense' is not host:port (e.g. 0.0.0.0:19842)",
+        "--poll-interval (PLIMSOLL_POLL_INTERVAL): 5 has no unit: write 5s",
+        "--nvml (PLIMSOLL_NVML): expected true or false (or on/off, yes/no), got 'maybe'",
+        "--web-config (PLIMSOLL_WEB_CONFIG): cannot read missing.yml: No such file or directory",
+        "--target (PLIMSOLL_TARGETS): 'localhost:8000' is not a URL (expected http://host:port/path)",
+    ]
+
+
+def test_run_check_only_also_asks_the_capacity_model(capsys, tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "targets: [{url: 'http://127.0.0.1:8000/metrics', model: llama-3.1-8b, gpu_type: L4,"
+        " deployment: {max_model_len: 8192}}]\n"
+    )
+    assert main(["run", "--config", str(config), "--check-only"]) == 0
+    config.write_text("targets: [{url: 'http://127.0.0.1:8000/metrics', model: llama-3.1-70b, gpu_type: L4}]\n")
+    assert main(["run", "--config", str(config), "--check-only"]) == 2
+    assert f"{config}: targets[0].gpu_type: llama-3.1-70b does not fit on L4" in capsys.readouterr().err

@@ -1,8 +1,24 @@
 """Config loading: every problem reported at once, each with the file, the field path and what is expected."""
 
-import pytest
+from dataclasses import replace
 
-from exporter.config import DEFAULT_PORT, ConfigError, load_config, parse_config, parse_target_file
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.config import (
+    DEFAULT_PORT,
+    BasicAuth,
+    Config,
+    ConfigError,
+    check_config,
+    load_config,
+    parse_config,
+    parse_target_file,
+    redact_url,
+    restart_required,
+)
 
 GOOD = """
 listen: "127.0.0.1:9999"
@@ -125,3 +141,231 @@ def test_kubernetes_discovery_without_a_node_says_how_to_give_it_one():
     assert any(p.startswith("c.yaml: discovery.kubernetes.node: not set") and "spec.nodeName" in p for p in problems)
     assert any(p.startswith("c.yaml: discovery.kubernetes.namespaces: expected a list") for p in problems)
     assert any(p.startswith("c.yaml: discovery.kubernetes.watch: unknown field") for p in problems)
+
+
+def test_target_credentials_come_from_files_named_relative_to_the_config(tmp_path):
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "password").write_text("hunter2\n")
+    (tmp_path / "secrets" / "token").write_text("t0ken\n")
+    text = """
+targets:
+  - {name: a, url: 'http://127.0.0.1:1/metrics', basic_auth: {username: plimsoll, password_file: secrets/password}}
+  - {name: b, url: 'http://127.0.0.1:2/metrics', bearer_token_file: secrets/token}
+"""
+    a, b = parse_config(text, str(tmp_path / "c.yaml"), environ={}).targets
+    assert a.basic_auth == BasicAuth("plimsoll", str(tmp_path / "secrets" / "password"))
+    assert b.bearer_token_file == str(tmp_path / "secrets" / "token") and b.basic_auth is None
+
+
+def test_credential_problems_name_the_field_and_never_the_secret(tmp_path):
+    (tmp_path / "token").write_text("t0ken\n")
+    text = """
+targets:
+  - url: 'http://127.0.0.1:1/metrics'
+    basic_auth: {username: plimsoll, password: hunter2}
+  - url: 'http://127.0.0.1:2/metrics'
+    basic_auth: {username: plimsoll, password_file: nowhere}
+    bearer_token_file: token
+"""
+    with pytest.raises(ConfigError) as error:
+        parse_config(text, str(tmp_path / "c.yaml"), environ={})
+    problems = error.value.problems
+    assert all("hunter2" not in p and "t0ken" not in p for p in problems)
+    source = tmp_path / "c.yaml"
+    assert any(p.startswith(f"{source}: targets[0].basic_auth.password: a password in the config") for p in problems)
+    assert (
+        f"{source}: targets[1].basic_auth.password_file: cannot read {tmp_path / 'nowhere'}: No such file or directory"
+        in problems
+    )
+    assert any(
+        p.startswith(f"{source}: targets[1].bearer_token_file: give basic_auth or bearer_token_file") for p in problems
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://admin:pw@10.0.0.7:8000/metrics", "http://***@10.0.0.7:8000/metrics"),
+        ("https://token@host/metrics", "https://***@host/metrics"),
+        ("http://admin:pa/ss@host:1/metrics", "http://***@host:1/metrics"),
+        ("admin:pw@host:8000", "***@host:8000"),
+        ("http://10.0.0.7:8000/metrics", "http://10.0.0.7:8000/metrics"),
+    ],
+)
+def test_redact_url_masks_everything_that_could_be_a_credential(url, shown):
+    assert redact_url(url) == shown
+
+
+def test_a_target_named_by_default_is_its_host_and_port():
+    (target,) = parse_config("targets: [{url: 'http://10.0.0.7:8000/metrics'}]", "c.yaml", environ={}).targets
+    assert target.name == "10.0.0.7:8000"
+
+
+def test_a_target_with_a_bad_url_still_has_its_other_fields_checked():
+    text = (
+        "targets: [{url: 'localhost:8000', engine: vlm, timeout: 3, poll_interval: [1s], gpus: [0],"
+        " deployment: {tensor_parallel: 2}}]"
+    )
+    with pytest.raises(ConfigError) as error:
+        parse_config(text, "c.yaml", environ={})
+    fields = [p.split(": ")[1] for p in error.value.problems]
+    assert fields == [
+        "targets[0].url",
+        "targets[0].gpus",
+        "targets[0].engine",
+        "targets[0].timeout",
+        "targets[0].poll_interval",
+    ]
+
+
+def test_limits_per_target_poll_interval_and_web_config_are_read(tmp_path):
+    (tmp_path / "web.yml").write_text("basic_auth_users: {}\n")
+    text = """
+max_series_per_target: 5000
+max_instances_per_target: 8
+max_concurrent_requests: 16
+request_header_timeout: 2s
+web_config: web.yml
+targets: [{url: 'http://127.0.0.1:1/metrics', poll_interval: 15s, timeout: 500ms}]
+"""
+    config = parse_config(text, str(tmp_path / "c.yaml"), environ={})
+    assert (config.max_series_per_target, config.max_instances_per_target, config.max_concurrent_requests) == (
+        5000,
+        8,
+        16,
+    )
+    assert config.request_header_timeout_seconds == 2.0 and config.web_config == str(tmp_path / "web.yml")
+    assert (config.targets[0].poll_interval_seconds, config.targets[0].timeout_seconds) == (15.0, 0.5)
+
+
+def test_restart_required_names_the_fields_a_reload_cannot_apply():
+    old = Config()
+    new = replace(old, listen="127.0.0.1:1", nvml=False, poll_interval_seconds=1.0, max_concurrent_requests=2)
+    assert restart_required(old, new) == ("listen", "nvml")
+    assert restart_required(old, replace(old, request_header_timeout_seconds=1.0, web_config="w")) == (
+        "web_config",
+        "request_header_timeout",
+    )
+    assert restart_required(old, old) == ()
+
+
+@pytest.mark.parametrize(("word", "value"), [("off", False), ("No", False), ("TRUE", True), ("yes", True)])
+def test_quoted_boolean_words_mean_what_they_say(word, value):
+    text = f"nvml: '{word}'\ndiscovery: {{scan_local_ports: '{word}', kubernetes: {{enabled: '{word}', node: n}}}}\n"
+    text += f"targets: [{{url: 'http://a:1/metrics', deployment: {{enforce_eager: '{word}'}}}}]\n"
+    config = parse_config(text, "c.yaml", environ={})
+    assert config.nvml is value and config.scan_local_ports is value
+    assert (config.kubernetes is not None) is value
+    assert config.targets[0].deployment.enforce_eager is value
+
+
+def test_a_disabled_kubernetes_section_is_still_checked():
+    with pytest.raises(ConfigError, match=r"c.yaml: discovery.kubernetes.refresh: 30 has no unit: write 30s"):
+        parse_config("discovery: {kubernetes: {enabled: false, refresh: 30}}\n", "c.yaml", environ={})
+
+
+def test_an_unset_variable_is_reported_with_the_yaml_error_it_causes():
+    with pytest.raises(ConfigError) as error:
+        parse_config("targets: ${TARGETS}]\n", "c.yaml", environ={})
+    assert error.value.problems[0].startswith("c.yaml: environment variable TARGETS is not set")
+    assert error.value.problems[1].startswith("c.yaml: not valid YAML: line 1")
+
+
+def test_a_yaml_error_names_the_line_without_quoting_it():
+    with pytest.raises(ConfigError) as error:
+        parse_config("targets:\n  - url: http://a:hunter2@b:1/m: [\n", "c.yaml", environ={})
+    (problem,) = error.value.problems
+    assert problem.startswith("c.yaml: not valid YAML: line 2, column ") and "hunter2" not in problem
+
+
+def test_anchors_that_share_a_block_between_targets_are_fine():
+    text = """
+targets:
+  - {<<: &vllm {engine: vllm, deployment: {tensor_parallel: 2}}, name: a, url: 'http://a:1/metrics'}
+  - {<<: *vllm, name: b, url: 'http://b:1/metrics'}
+"""
+    a, b = parse_config(text, "c.yaml", environ={}).targets
+    assert (a.engine, b.engine, b.deployment.tensor_parallel) == ("vllm", "vllm", 2)
+
+
+def test_an_alias_inside_its_own_anchor_is_refused():
+    with pytest.raises(
+        ConfigError, match=r"c\.yaml: not usable YAML: an alias refers to the collection that contains it"
+    ):
+        parse_config("targets: &t [*t]\n", "c.yaml", environ={})
+
+
+def test_yaml_nested_past_the_parser_s_depth_is_refused_not_a_traceback():
+    with pytest.raises(ConfigError, match=r"c\.yaml: not usable YAML: nested too deeply"):
+        parse_config("targets: " + "[" * 1000 + "]" * 1000, "c.yaml", environ={})
+
+
+def test_file_sd_a_bad_engine_label_marks_its_targets_with_the_reason():
+    text = '[{"targets": ["127.0.0.1:8000"], "labels": {"engine": "vlm"}}, {"targets": ["127.0.0.1:8001"]}]'
+    bad, good = parse_target_file(text, "sd.json")
+    assert bad.problem is not None and bad.engine == "auto"
+    assert bad.problem.startswith("sd.json: [0].labels.engine: 'vlm' is not one of auto, vllm, sglang")
+    assert good.problem is None
+
+
+@pytest.mark.parametrize("address", ["127.0", "127.0.0.1", "127.0.0.1:", "127.0.0.1:99999", ":8000", "a/b:1"])
+def test_file_sd_an_address_that_is_not_host_port_refuses_the_file(address):
+    text = f'[{{"targets": ["127.0.0.1:8000", "{address}"]}}]'
+    with pytest.raises(ConfigError, match=r"sd.json: \[0\].targets\[1\]: .* is not host:port"):
+        parse_target_file(text, "sd.json")
+
+
+def test_file_sd_a_name_twice_in_one_file_is_refused():
+    text = '[{"targets": ["127.0.0.1:8000", "127.0.0.1:8001"], "labels": {"target": "llama"}}]'
+    with pytest.raises(ConfigError, match=r"sd.json: \[0\].targets\[1\]: target name 'llama' is already used by"):
+        parse_target_file(text, "sd.json")
+
+
+# Values that have broken converters before: infinities, NaN, numbers past any int, number-like text.
+_AWKWARD = st.sampled_from([float("inf"), float("-inf"), float("nan"), 10**30, -1, 0, "inf", "nan", "5", "0.5s", ""])
+_ANY_VALUE = st.recursive(
+    _AWKWARD | st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=8,
+)
+
+
+def _fields(names: tuple[str, ...], **nested: st.SearchStrategy) -> st.SearchStrategy:
+    return st.dictionaries(st.sampled_from(names), _ANY_VALUE, max_size=len(names)).flatmap(
+        lambda plain: st.fixed_dictionaries({}, optional=nested).map(lambda extra: {**plain, **extra})
+    )
+
+
+_TARGET = _fields(
+    ("name", "url", "engine", "model", "gpus", "gpu_type", "timeout", "poll_interval", "bearer_token_file"),
+    deployment=_fields(("tensor_parallel", "gpu_memory_utilization", "kv_cache_memory", "enforce_eager", "dtype")),
+    basic_auth=_fields(("username", "password_file")),
+)
+_DOCUMENT = _fields(
+    ("listen", "poll_interval", "timeout", "max_response_size", "max_series_per_target", "web_config", "nvml"),
+    targets=st.lists(_TARGET, max_size=2),
+    slos=st.fixed_dictionaries({}, optional={"ttft": _fields(("threshold", "objective"))}),
+    saturation=_fields(("kv_usage", "lead_time")),
+    discovery=_fields(("files", "scan_local_ports"), kubernetes=_fields(("enabled", "node", "refresh", "api_url"))),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_DOCUMENT)
+def test_any_value_in_any_field_is_a_problem_never_an_exception(document):
+    report = check_config(yaml.safe_dump(document), "c.yaml", environ={})
+    assert all(problem.startswith("c.yaml: ") for problem in report.problems)
+
+
+_GROUP = _fields(("targets",), labels=_fields(("engine", "model", "target", "__scheme__", "__metrics_path__")))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_GROUP, max_size=3) | _ANY_VALUE)
+def test_any_file_sd_document_gives_targets_or_a_config_error_never_another_exception(document):
+    try:
+        targets = parse_target_file(yaml.safe_dump(document), "sd.yaml")
+    except ConfigError as error:
+        assert all(problem.startswith("sd.yaml: ") for problem in error.problems)
+    else:
+        assert all(target.url.startswith(("http://", "https://")) for target in targets)

@@ -31,7 +31,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from exporter.config import SCAN_PORTS, KubernetesDiscovery, Target
+from exporter.config import SCAN_PORTS, KubernetesDiscovery, Target, engine_problem
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,16 @@ def _port(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> int | str |
     return None
 
 
+def _annotation_problem(pod: str, annotations: Mapping[str, str], scheme: str, engine: str) -> str | None:
+    """Why the pod's annotations make it unpollable, naming the annotation; the pod is then a target shown down
+    with this reason, so one bad annotation costs that pod and nothing else."""
+    if scheme not in ("http", "https"):
+        source = "plimsoll.io/scheme" if annotations.get("plimsoll.io/scheme") else "prometheus.io/scheme"
+        return f"pod {pod}: annotation {source} {scheme[:40]!r} is not one of http, https"
+    bad_engine = engine_problem(engine)
+    return f"pod {pod}: annotation plimsoll.io/engine {bad_engine}" if bad_engine else None
+
+
 def pod_targets(pod_list: Mapping[str, Any]) -> PodTargets:
     """Targets from a PodList (GET /api/v1/pods): one per running pod with an IP and a port to read."""
     targets: list[Target] = []
@@ -87,13 +97,15 @@ def pod_targets(pod_list: Mapping[str, Any]) -> PodTargets:
         host = f"[{ip}]" if ":" in ip else ip
         path = _annotation(annotations, "path") or "/metrics"
         scheme = _annotation(annotations, "scheme") or "http"
+        engine = annotations.get("plimsoll.io/engine", "auto")
         targets.append(
             Target(
                 name=name,
                 url=f"{scheme}://{host}:{port}/{path.lstrip('/')}",
-                engine=annotations.get("plimsoll.io/engine", "auto"),
+                engine="auto" if engine_problem(engine) else engine,
                 model=annotations.get("plimsoll.io/model"),
                 source="kubernetes",
+                problem=_annotation_problem(name, annotations, scheme, engine),
             )
         )
     return PodTargets(tuple(targets), tuple(problems))

@@ -2,6 +2,8 @@
 no secret echoed, and hostile YAML refused quickly."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -9,8 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.support.prometheus import LOOPBACK, free_port
+from tests.support.daemon_process import running_daemon
+from tests.support.prometheus import LOOPBACK, free_port, wait_until
 
 COMMAND_TIMEOUT_S = 20.0
 PASSWORD = "s3cret-pw-7731"
@@ -272,8 +276,39 @@ def test_a_password_in_a_target_url_is_refused_and_never_echoed(tmp_path):
     assert PASSWORD not in outcome.text
 
 
-def test_a_password_in_a_file_sd_address_is_refused_and_never_echoed(tmp_path):
-    path = write(tmp_path, f'[{{"targets": ["admin:{PASSWORD}@127.0.0.1:8000"]}}]', "sd.json")
-    seconds, problems = timed_load("file_sd", path)
-    assert problems and all(PASSWORD not in p for p in problems), problems
-    assert any("credentials" in p for p in problems), problems
+def test_a_password_in_a_file_sd_address_is_refused_and_never_echoed():
+    from exporter.config import ConfigError, parse_target_file
+
+    with pytest.raises(ConfigError) as error:
+        parse_target_file(f'[{{"targets": ["admin:{PASSWORD}@127.0.0.1:8000"]}}]', "sd.json")
+    assert PASSWORD not in str(error.value)
+    assert "sd.json: [0].targets[0]: credentials in an address" in str(error.value)
+
+
+def test_a_reload_keeps_the_flags_and_their_environment_twins(tmp_path):
+    """The file adds a target on SIGHUP; the --target flag's target, PLIMSOLL_POLL_INTERVAL's 1s and the flag's
+    target stay. Engines are closed loopback ports: each poll of one counts a refused connection."""
+    closed = [f"http://{LOOPBACK}:{free_port()}/metrics" for _ in range(3)]
+    config = {"targets": [{"name": "from-file", "url": closed[0]}]}
+    env = {**os.environ, "PLIMSOLL_POLL_INTERVAL": "1s"}
+    with running_daemon(tmp_path, config, args=["--target", closed[1]], env=env) as daemon:
+        flag_target = closed[1].split("//")[1].split("/")[0]
+        daemon.wait_for_state(lambda s: len(s["targets"]) == 2, 10, "the file's and the flag's targets polled")
+        assert daemon.config_path is not None
+        config["targets"].append({"name": "added", "url": closed[2]})
+        daemon.config_path.write_text(yaml.safe_dump(config))
+        daemon.signal(signal.SIGHUP)
+        daemon.wait_for_state(
+            lambda s: {t["target"] for t in s["targets"]} == {"from-file", "added", flag_target},
+            10,
+            f"after SIGHUP: from-file, added and {flag_target}",
+        )
+
+        def refused(state: dict) -> int:
+            (added,) = [t for t in state["targets"] if t["target"] == "added"]
+            return added["failures_total"].get("refused", 0)
+
+        before = refused(daemon.state())
+        # Three polls at 1 s take about 3 s; at the 5 s default they would take 15.
+        wait_until(lambda: refused(daemon.state()) >= before + 3 or None, 8, "three polls of 'added' at 1s")
+        daemon.assert_running()

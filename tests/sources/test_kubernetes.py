@@ -59,6 +59,25 @@ def test_a_bad_port_annotation_is_a_problem_naming_the_pod():
     assert listed.problems == ("pod inference/llama-0: annotation port 'http' is not a TCP port number; pod left out",)
 
 
+def test_a_bad_engine_annotation_marks_that_pod_only_naming_the_annotation_and_the_valid_engines():
+    listed = pod_targets(
+        pod_list(
+            pod("llama-0", ports=(8000,), annotations={"plimsoll.io/engine": "vlm"}),
+            pod("llama-1", ports=(8000,), annotations={"plimsoll.io/engine": "vllm"}),
+        )
+    )
+    bad, good = listed.targets
+    assert bad.problem is not None
+    assert bad.problem.startswith("pod inference/llama-0: annotation plimsoll.io/engine 'vlm' is not one of auto, vllm")
+    assert bad.engine == "auto"  # never handed to the adapters: the target is shown down with its problem
+    assert (good.engine, good.problem) == ("vllm", None)
+
+
+def test_a_scheme_annotation_that_is_not_http_marks_the_pod():
+    (target,) = pod_targets(pod_list(pod("p", ports=(8000,), annotations={"prometheus.io/scheme": "ftp"}))).targets
+    assert target.problem == "pod inference/p: annotation prometheus.io/scheme 'ftp' is not one of http, https"
+
+
 def _discover(api: FakeApiServer, settings: KubernetesDiscovery, steps, clock=None):
     """Runs `steps(discovery, session)` against the stand-in; returns its result."""
 
