@@ -1,67 +1,98 @@
-"""The aiohttp app: /metrics, /healthz, /readyz, /api/v1/state and the status page at /.
+"""The daemon's own port: /metrics, /healthz, /readyz, /api/v1/state and the status page at /, and what bounds its
+cost whoever connects.
 
 The poll loop is a background task owned by the app's cleanup_ctx: started when the app starts, cancelled and
-awaited when it stops, so SIGTERM drains cleanly. /metrics renders the current snapshot and never waits on a poll.
+awaited when it stops, so SIGTERM drains cleanly. Every page is rendered once per snapshot and served as bytes; a
+cap on requests in flight answers 503 past it; a client must send its request headers within
+request_header_timeout; TLS and basic auth come from an exporter-toolkit web config (exporter/web_config.py).
+SIGHUP rebuilds the config in a worker thread and hands it to the daemon.
 """
 
 import asyncio
 import contextlib
+import errno
 import gzip
+import json
 import logging
 import signal
-from collections.abc import AsyncIterator
+import socket
+import ssl
+from collections.abc import AsyncIterator, Callable, Hashable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter.collector import SnapshotCollector
-from exporter.config import Config
+from exporter.config import Config, ConfigError, restart_required
 from exporter.daemon import Daemon
+from exporter.snapshot import Snapshot
 from exporter.sources.nvml import NvmlReader
 from exporter.views import state_dict, status_page
+from exporter.web_config import BasicAuthCheck, WebConfig, load_web_config
 
 log = logging.getLogger("plimsoll.server")
 
+# A burst of clients waits in the kernel's accept queue instead of retransmitting SYNs for seconds.
+LISTEN_BACKLOG = 1024
+# A response that a client will not read within this long is abandoned: its bytes would otherwise sit in memory,
+# and its slot under the request cap, for as long as the client likes.
+SEND_TIMEOUT_SECONDS = 30.0
+# Answered past the request cap and without credentials: a kubelet probe can neither wait for a slot nor carry a
+# password, and restarting a daemon because scrapers are many would only lose its trend history. Both answer a
+# constant from memory, so exempting them costs nothing.
+PROBES = frozenset(("/healthz", "/readyz"))
 
-class MetricsPage:
-    """/metrics rendered once per snapshot and format, then served as bytes.
 
-    prometheus-client's own handler renders on every request: 5 ms for 8 targets and 8 GPUs, which 50 concurrent
-    scrapers turn into a queue. The snapshot only changes once per poll, so its text is cached with it; the
-    content negotiation (text or OpenMetrics) is still prometheus-client's."""
+class ListenError(ValueError):
+    """The daemon's port could not be opened; the message says why and what to do."""
+
+
+class Pages:
+    """/metrics, /api/v1/state and / rendered once per snapshot (and format), then served as bytes.
+
+    Rendering per request made 1,000 clients of /api/v1/state a 9-second queue and hundreds of MiB of garbage. The
+    snapshot only changes when a poll publishes a new one (it is replaced, never mutated), so whatever was rendered
+    from it is kept until then; content negotiation on /metrics (text or OpenMetrics) is still prometheus-client's."""
 
     def __init__(self, registry: CollectorRegistry, daemon: Daemon):
         self._registry = registry
         self._daemon = daemon
-        self._snapshot: object = None
-        self._rendered: dict[tuple[str, bool], bytes] = {}
+        self._snapshot: Snapshot | None = None
+        self._rendered: dict[Hashable, bytes] = {}
 
-    def render(self, accept: str, gzipped: bool) -> tuple[bytes, str]:
+    def _cached(self, key: Hashable, render: Callable[[Snapshot], bytes]) -> bytes:
         snapshot = self._daemon.snapshot
         if snapshot is not self._snapshot:
             self._snapshot, self._rendered = snapshot, {}
-        encoder, content_type = choose_encoder(accept)
-        key = (content_type, gzipped)
         if key not in self._rendered:
-            text = self._rendered.get((content_type, False)) or encoder(self._registry)
-            self._rendered[(content_type, False)] = text
-            if gzipped:
-                self._rendered[key] = gzip.compress(text, compresslevel=6)
-        return self._rendered[key], content_type
+            self._rendered[key] = render(snapshot)
+        return self._rendered[key]
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def metrics(self, request: web.Request) -> web.Response:
         gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
-        body, content_type = self.render(request.headers.get("Accept", ""), gzipped)
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        text = self._cached(("metrics", content_type), lambda _: encoder(self._registry))
+        body = self._cached(("metrics", content_type, "gzip"), lambda _: gzip.compress(text, 6)) if gzipped else text
         headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
         if gzipped:
             headers["Content-Encoding"] = "gzip"
         return web.Response(body=body, headers=headers)
 
+    async def state(self, request: web.Request) -> web.Response:
+        body = self._cached("state", lambda snapshot: json.dumps(state_dict(snapshot)).encode())
+        return web.Response(body=body, content_type="application/json")
+
+    async def index(self, request: web.Request) -> web.Response:
+        body = self._cached("index", lambda snapshot: status_page(snapshot).encode())
+        return web.Response(body=body, content_type="text/html", charset="utf-8")
+
 
 DAEMON = web.AppKey("daemon", Daemon)
-CONFIG_PATH = web.AppKey("config_path", str)
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -74,12 +105,58 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.Response(status=503, text="first poll not done\n")
 
 
-async def _state(request: web.Request) -> web.Response:
-    return web.json_response(state_dict(request.app[DAEMON].snapshot))
+class RequestCap:
+    """At most max_concurrent_requests in flight on the port (read from the running config, so a reload applies);
+    past it, 503 at once rather than a queue.
+
+    A request holds its slot until its response is written, not only while its handler runs: the handlers answer
+    from memory in microseconds, and what costs memory under a crowd is response bytes waiting on slow readers."""
+
+    def __init__(self, limit: Callable[[], int]):
+        self._limit = limit
+        self._in_flight = 0
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in PROBES:
+            return await handler(request)
+        if self._in_flight >= self._limit():
+            text = f"busy: {self._in_flight} requests in flight (max_concurrent_requests); retry shortly\n"
+            return web.Response(status=503, text=text, headers={"Retry-After": "1"})
+        self._in_flight += 1
+        try:
+            response = await handler(request)
+            await _send(request, response)
+            return response
+        finally:
+            self._in_flight -= 1
 
 
-async def _index(request: web.Request) -> web.Response:
-    return web.Response(text=status_page(request.app[DAEMON].snapshot), content_type="text/html")
+async def _send(request: web.Request, response: web.StreamResponse) -> None:
+    """Write the response now (aiohttp would write it after the middleware returns, outside the cap). A client that
+    does not read it within SEND_TIMEOUT_SECONDS is disconnected; one that left is not an error."""
+    try:
+        async with asyncio.timeout(SEND_TIMEOUT_SECONDS):
+            await response.prepare(request)
+            await response.write_eof()
+    except TimeoutError:
+        log.debug("%s %s: not read within %gs; disconnected", request.remote, request.path, SEND_TIMEOUT_SECONDS)
+        if request.transport is not None:
+            request.transport.abort()
+    except ConnectionError:
+        pass
+
+
+def _basic_auth(check: BasicAuthCheck) -> Middleware:
+    @web.middleware
+    async def require_credentials(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in PROBES or await check.allows(request.headers.get("Authorization")):
+            return await handler(request)
+        return web.Response(
+            status=401, text="401 Unauthorized\n", headers={"WWW-Authenticate": 'Basic realm="plimsoll"'}
+        )
+
+    return require_credentials
 
 
 async def _poll_loop(app: web.Application) -> AsyncIterator[None]:
@@ -93,17 +170,7 @@ async def _poll_loop(app: web.Application) -> AsyncIterator[None]:
             await task
 
 
-async def _reload_on_sighup(app: web.Application) -> AsyncIterator[None]:
-    path = app.get(CONFIG_PATH)
-    loop = asyncio.get_running_loop()
-    if path:
-        loop.add_signal_handler(signal.SIGHUP, app[DAEMON].reload, path)
-    yield
-    if path:
-        loop.remove_signal_handler(signal.SIGHUP)
-
-
-def build_app(daemon: Daemon, config_path: str | None = None) -> web.Application:
+def build_app(daemon: Daemon, web_config: WebConfig | None = None) -> web.Application:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
         SnapshotCollector(
@@ -111,28 +178,202 @@ def build_app(daemon: Daemon, config_path: str | None = None) -> web.Application
             lambda: [(s.name, s.threshold_seconds, s.objective) for s in daemon.config.slos],
         )
     )
-    app = web.Application()
+    middlewares: list[Middleware] = [RequestCap(lambda: daemon.config.max_concurrent_requests).middleware]
+    if web_config is not None and web_config.users:
+        middlewares.append(_basic_auth(BasicAuthCheck(web_config.users)))
+    app = web.Application(middlewares=middlewares)
     app[DAEMON] = daemon
-    if config_path:
-        app[CONFIG_PATH] = config_path
-    app.router.add_get("/metrics", MetricsPage(registry, daemon).handle)
+    if web_config is not None and web_config.headers:
+        headers = dict(web_config.headers)
+
+        async def add_headers(request: web.Request, response: web.StreamResponse) -> None:
+            response.headers.update(headers)
+
+        app.on_response_prepare.append(add_headers)
+    pages = Pages(registry, daemon)
+    app.router.add_get("/metrics", pages.metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/api/v1/state", _state)
-    app.router.add_get("/", _index)
+    app.router.add_get("/api/v1/state", pages.state)
+    app.router.add_get("/", pages.index)
     app.cleanup_ctx.append(_poll_loop)
-    app.cleanup_ctx.append(_reload_on_sighup)
     return app
 
 
-def serve(config: Config, config_path: str | None) -> None:
-    """Run until SIGTERM or SIGINT; aiohttp then runs the cleanup contexts, which stop the poll loop."""
-    nvml = NvmlReader() if config.nvml else None
-    daemon = Daemon(config, nvml=nvml)
-    log.info("plimsoll serving on %s, polling every %gs", config.listen, config.poll_interval_seconds)
+class Reloader:
+    """SIGHUP: rebuild the config (file, flags and environment) in a worker thread, so reading and validating never
+    stall the event loop, and hand it to the daemon. A bad file is logged and the running config stays. A SIGHUP
+    during a reload runs one more reload after it (never two at once), so the last edit is the one applied."""
+
+    def __init__(self, daemon: Daemon, reload: Callable[[], Config] | None):
+        self._daemon = daemon
+        self._reload = reload
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+
+    def on_sighup(self) -> None:
+        if self._reload is None:
+            log.info("SIGHUP: no --config to reload")
+        elif self._task is not None and not self._task.done():
+            self._again = True
+            log.info("SIGHUP during a reload: reloading again once it is done")
+        else:
+            self._task = asyncio.create_task(self._run(self._reload), name="plimsoll-reload")
+
+    async def _run(self, reload: Callable[[], Config]) -> None:
+        await self._reload_once(reload)
+        while self._again:
+            self._again = False
+            await self._reload_once(reload)
+
+    async def _reload_once(self, reload: Callable[[], Config]) -> None:
+        try:
+            new = await asyncio.to_thread(reload)
+        except ConfigError as error:
+            log.error("config reload rejected, keeping the running config:\n%s", error)
+            return
+        except Exception as error:  # whatever else a reload hits, the daemon keeps its config and runs on
+            log.error("config reload failed, keeping the running config: %s: %s", type(error).__name__, error)
+            return
+        pending = restart_required(self._daemon.config, new)
+        if pending:
+            log.warning("config reloaded; changes to %s take effect only after a restart", ", ".join(pending))
+        self._daemon.apply(new)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+class MalformedRequestLog(logging.LoggerAdapter[logging.Logger]):
+    """The logger aiohttp's connections report to. aiohttp logs every malformed request at ERROR with a
+    traceback: a port scanner or a confused client would fill the log. The first is logged as one line, the rest
+    at debug only; every other error keeps aiohttp's message and traceback."""
+
+    def __init__(self, logger: logging.Logger):
+        super().__init__(logger, {})
+        self._malformed = 0
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        if not isinstance(exc_info, HttpProcessingError):
+            super().exception(msg, *args, exc_info=exc_info, **kwargs)
+            return
+        self._malformed += 1
+        client = args[0] if args else "a client"
+        what = " ".join(str(exc_info.message).split())[:200]
+        if self._malformed == 1:
+            self.logger.warning("malformed request from %s (%s); further ones are logged at debug only", client, what)
+        else:
+            self.logger.debug("malformed request #%d from %s (%s)", self._malformed, client, what)
+
+
+class BoundSite(web.BaseSite):
+    """A site on a socket bound before the app started, so a port in use fails before any background task; TLS
+    handshakes get the same deadline as request headers (asyncio's default is 60 s, which a client that connects
+    and never speaks would get per connection)."""
+
+    def __init__(self, runner: web.BaseRunner, sock: socket.socket, tls: ssl.SSLContext | None, timeout: float):
+        super().__init__(runner, ssl_context=tls)
+        self._sock = sock
+        self._handshake_timeout = timeout if tls is not None else None
+
+    @property
+    def name(self) -> str:
+        host, port = self._sock.getsockname()[:2]
+        return f"{'https' if self._ssl_context else 'http'}://{host}:{port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None, "the runner is set up before its sites start"
+        self._server = await asyncio.get_running_loop().create_server(
+            server,
+            sock=self._sock,
+            backlog=LISTEN_BACKLOG,
+            ssl=self._ssl_context,
+            ssl_handshake_timeout=self._handshake_timeout,
+        )
+
+
+_BIND_HINTS = {
+    errno.EADDRINUSE: "address already in use (another plimsoll? set --listen)",
+    errno.EACCES: "permission denied (ports below 1024 need privileges; set --listen)",
+    errno.EADDRNOTAVAIL: "no such address on this host (set --listen)",
+}
+
+
+def listen_socket(listen: str) -> socket.socket:
+    """A TCP socket bound and listening on `listen` (host:port); ListenError with one line saying why not."""
+    host, _, port_text = listen.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
     try:
-        # No access log: Prometheus scrapes every few seconds and each line would say the same thing.
-        web.run_app(build_app(daemon, config_path), host=config.host, port=config.port, print=None, access_log=None)
+        port = int(port_text)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (ValueError, OverflowError, socket.gaierror) as error:
+        reason = getattr(error, "strerror", None) or "not a host:port"
+        raise ListenError(f"cannot listen on {listen}: {reason} (set --listen host:port)") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        # As asyncio's own servers: a restarted daemon can bind while the old connections sit in TIME_WAIT.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as error:
+        sock.close()
+        reason = _BIND_HINTS.get(error.errno or 0, f"{error.strerror} (set --listen)")
+        raise ListenError(f"cannot listen on {listen}: {reason}") from None
+    return sock
+
+
+async def _serve(
+    config: Config,
+    reload: Callable[[], Config] | None,
+    sock: socket.socket,
+    web_config: WebConfig | None,
+    nvml: NvmlReader | None,
+) -> None:
+    daemon = Daemon(config, nvml=nvml)
+    reloader = Reloader(daemon, reload)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reloader.on_sighup)
+    runner = web.AppRunner(
+        build_app(daemon, web_config),
+        access_log=None,  # Prometheus scrapes every few seconds and each line would say the same thing
+        # aiohttp arms this timer when a connection opens and after each response, and closes the connection if
+        # no complete request head has arrived when it fires; bytes trickling in do not extend it. So it is the
+        # time a client has to send its headers (slowloris), and idle keep-alive connections go after it too.
+        keepalive_timeout=config.request_header_timeout_seconds,
+        logger=MalformedRequestLog(log),
+    )
+    await runner.setup()
+    try:
+        site = BoundSite(runner, sock, web_config.tls if web_config else None, config.request_header_timeout_seconds)
+        await site.start()
+        log.info("plimsoll serving on %s, polling every %gs", site.name, config.poll_interval_seconds)
+        await stop.wait()
     finally:
+        await reloader.stop()
+        await runner.cleanup()
+        for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(number)
+
+
+def serve(config: Config, reload: Callable[[], Config] | None) -> None:
+    """Run until SIGTERM or SIGINT, then stop the poll loop and return. The web config and the port are checked
+    before anything starts: ConfigError or ListenError, each a message for the user. `reload` rebuilds the whole
+    config on SIGHUP (None: nothing to reload)."""
+    web_config = load_web_config(config.web_config) if config.web_config else None
+    sock = listen_socket(config.listen)
+    nvml = NvmlReader() if config.nvml else None
+    try:
+        asyncio.run(_serve(config, reload, sock, web_config, nvml))
+    finally:
+        sock.close()
         if nvml is not None:
             nvml.close()

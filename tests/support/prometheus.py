@@ -189,6 +189,26 @@ def prometheus_config(
     return config
 
 
+def scrape_job(
+    job: str,
+    targets: Sequence[str],
+    *,
+    tls_config: Mapping[str, Any] | None = None,
+    username: str | None = None,
+    password_file: Path | None = None,
+) -> dict[str, Any]:
+    """A static scrape config for `targets` (host:port): over HTTPS when `tls_config` is given (Prometheus'
+    tls_config, e.g. {"ca_file": ...}), with basic auth when `username` is (the password read from `password_file`
+    at each scrape, as Prometheus does)."""
+    config: dict[str, Any] = {"job_name": job, "static_configs": [{"targets": list(targets)}]}
+    if tls_config is not None:
+        config["scheme"] = "https"
+        config["tls_config"] = dict(tls_config)
+    if username is not None:
+        config["basic_auth"] = {"username": username, "password_file": str(password_file)}
+    return config
+
+
 @contextlib.contextmanager
 def running_prometheus(binary: str, workdir: Path, config: Mapping[str, Any]) -> Iterator[Prometheus]:
     workdir.mkdir(parents=True, exist_ok=True)
