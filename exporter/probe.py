@@ -44,12 +44,14 @@ async def probe(source: str, engine: str, timeout: float) -> dict[str, Any]:
     result["detection"] = [
         {"engine": name, "score": detection.score, "evidence": list(detection.evidence)} for name, detection in scores
     ]
-    name, readings = read_page(text, engine)
-    result["engine"] = name
-    result["readings"] = [reading_dict(r) for r in readings]
-    if name is None:
-        result["error"] = "no engine vocabulary recognised on this page"
-    elif readings:
+    read = read_page(text, engine)
+    result["engine"] = read.engine
+    result["readings"] = [reading_dict(r) for r in read.readings]
+    if read.failure is not None:
+        # A page no engine claims keeps probe's long-standing message: the detection scores printed with it say why.
+        unclaimed = engine == "auto" and read.failure in ("unknown_engine", "not_metrics")
+        result["error"] = "no engine vocabulary recognised on this page" if unclaimed else read.detail
+    elif read.readings:
         result.update({key: result["readings"][0][key] for key in _HEADLINE})
     return result
 

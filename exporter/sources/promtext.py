@@ -4,6 +4,8 @@ Engines' /metrics pages are mostly noise for Plimsoll (python_*, process_*, http
 for), so `parse` takes a `keep(sample_name)` filter and looks at a line's labels only when the name is kept.
 A bad line never stops the page: it is counted in `skipped_lines` and the next line is read. Timestamps and
 exemplars after the value are ignored; `# HELP` and other comments are skipped; `# EOF` ends the page.
+What one page may cost is bounded by `max_series`: past that many kept samples the parse stops and raises
+`TooManySeries`, so a hostile page costs one split of its text and no more than `max_series` samples of work.
 
 prometheus_client's own parser takes about 12 times as long on a vLLM page as this one filtered for the engine
 adapters (5 times unfiltered; bench/parse_bench.py), renames counters written without `_total`, and raises on
@@ -12,8 +14,8 @@ the first malformed line, which a daemon polling third-party servers cannot affo
 
 import math
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 
 # Whether a name is valid is checked only for kept lines.
@@ -37,14 +39,51 @@ class Sample:
     value: float
 
 
+_Index = dict[tuple[str | None, ...], list[Sample]]  # samples of one name by their values of some label keys
+
+
+class TooManySeries(Exception):
+    """The page has more samples of the kept names than the parse was allowed to keep."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit} samples")
+        self.limit = limit
+
+
 @dataclass(frozen=True)
 class ParsedPage:
     samples: Mapping[str, tuple[Sample, ...]]  # by sample name, e.g. "vllm:time_to_first_token_seconds_bucket"
     types: Mapping[str, str]  # family name -> TYPE as the page declares it (builds disagree; kept as written)
     skipped_lines: int  # malformed lines among those read (lines the keep filter dropped are not inspected)
+    # A page is read one engine instance at a time, each selecting its series by the same label keys: a name selected
+    # a second time by the same keys is indexed by them, so reading every instance of a page costs time linear in
+    # its samples (scanning every sample of a name for each instance made a page of many instances quadratic),
+    # while a page of one instance pays for no index. The memo belongs to this page, which one read builds and
+    # uses; it holds nothing a second read of the same page would compute differently.
+    _indexes: dict[tuple[str, tuple[str, ...]], _Index | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def get(self, name: str) -> tuple[Sample, ...]:
         return self.samples.get(name, ())
+
+    def select(self, name: str, where: Mapping[str, str]) -> Sequence[Sample]:
+        """The samples of `name` whose labels include every pair in `where`, in page order."""
+        if not where:
+            return self.get(name)
+        keys = tuple(sorted(where))
+        slot = name, keys
+        if slot not in self._indexes:
+            self._indexes[slot] = None  # selected once: index on the next selection
+            wanted = where.items()
+            return [sample for sample in self.get(name) if wanted <= sample.labels.items()]
+        index = self._indexes[slot]
+        if index is None:
+            index = {}
+            for sample in self.get(name):
+                index.setdefault(tuple(map(sample.labels.get, keys)), []).append(sample)
+            self._indexes[slot] = index
+        return index.get(tuple(map(where.__getitem__, keys)), ())
 
 
 class _Verdict(Enum):
@@ -53,10 +92,12 @@ class _Verdict(Enum):
     MALFORMED = 3  # not a metric name
 
 
-def parse(text: str, keep: Callable[[str], bool] | None = None) -> ParsedPage:
+def parse(text: str, keep: Callable[[str], bool] | None = None, max_series: int | None = None) -> ParsedPage:
+    """The samples of the names `keep` accepts (all without it); raises TooManySeries past `max_series` of them."""
     samples: dict[str, list[Sample]] = {}
     types: dict[str, str] = {}
     skipped = 0
+    kept = 0
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     verdicts: dict[str, _Verdict] = {}  # by name: a name repeats (a line per bucket) and keep() costs a call
@@ -87,7 +128,10 @@ def parse(text: str, keep: Callable[[str], bool] | None = None) -> ParsedPage:
         sample = _sample(line, name) if verdict is _Verdict.READ else None
         if sample is None:
             skipped += 1
+        elif kept == max_series:
+            raise TooManySeries(kept)
         else:
+            kept += 1
             samples.setdefault(name, []).append(sample)
     return ParsedPage(
         samples={name: tuple(found) for name, found in samples.items()},

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.config import ENGINE_NAMES
-from exporter.sources.engines import ADAPTERS, DETECTION_THRESHOLD, adapter_named, detect, keep_filter, read_page
+from exporter.sources.engines import ADAPTERS, DETECTION_THRESHOLD, PageRead, detect, keep_filter, read_page
 from exporter.sources.promtext import parse
 from tests.conftest import ENGINE_FIXTURES
 
@@ -21,6 +21,7 @@ ENGINE_OF = {
     "llamacpp-b9014.prom": "llamacpp",
 }
 PAGES = {name: (ENGINE_FIXTURES / name).read_text() for name in ENGINE_OF}
+ADAPTER_NAMED = {adapter.name: adapter for adapter in ADAPTERS}
 HTML = "<!doctype html>\n<html><head><title>404 Not Found</title></head>\n<body>nginx</body></html>\n"
 
 
@@ -41,7 +42,27 @@ def test_html_json_garbage_and_other_exporters_are_nobodys(text):
     adapter, scores = detect(parse(text))
     assert adapter is None
     assert len(scores) == len(ADAPTERS)
-    assert read_page(text) == (None, [])
+    read = read_page(text)
+    assert (read.engine, read.readings) == (None, ())
+    assert read.failure in ("not_metrics", "unknown_engine") and read.detail
+
+
+@pytest.mark.parametrize("text", [HTML, "", "hello world\n", '{"object": "list", "data": []}'])
+def test_a_page_that_is_not_metrics_says_so(text):
+    read = read_page(text)
+    assert read.failure == "not_metrics"
+    assert read.detail is not None and "URL" in read.detail
+
+
+def test_metrics_of_no_engine_are_an_unknown_engine_naming_the_engines_read():
+    read = read_page("# TYPE up gauge\nup 1\nfoo_total 3\n")
+    assert read.failure == "unknown_engine"
+    assert read.detail is not None and "vllm" in read.detail and "nim" in read.detail
+
+
+def test_a_page_an_engine_claims_has_no_failure(engine_page):
+    read = read_page(engine_page("vllm-cpu-0.32-2mib_peak.prom"))
+    assert (read.engine, read.failure, read.detail, len(read.readings)) == ("vllm", None, None, 1)
 
 
 def test_scores_come_best_first_with_evidence(engine_page):
@@ -54,20 +75,34 @@ def test_scores_come_best_first_with_evidence(engine_page):
 @pytest.mark.parametrize("fixture", sorted(ENGINE_OF))
 def test_read_page_reads_what_an_unfiltered_parse_reads(engine_page, fixture):
     text = engine_page(fixture)
-    engine, readings = read_page(text)
-    assert engine == ENGINE_OF[fixture]
-    assert readings == adapter_named(engine).read(parse(text))
+    read = read_page(text)
+    assert read.engine == ENGINE_OF[fixture]
+    assert list(read.readings) == ADAPTER_NAMED[read.engine].read(parse(text))
 
 
 def test_read_page_with_a_named_engine_uses_that_adapter(engine_page):
     text = engine_page("vllm-cpu-0.32-2mib_peak.prom")
-    assert read_page(text, "vllm")[0] == "vllm"
-    assert read_page(text, "sglang") == ("sglang", [])
+    assert read_page(text, "vllm").engine == "vllm"
+    assert read_page(text, "sglang") == PageRead("sglang", ())
 
 
-def test_unknown_engine_name_is_refused():
-    with pytest.raises(ValueError, match="unknown engine 'vlm'"):
-        read_page("", "vlm")
+def test_a_named_engine_reads_a_page_no_detection_would_claim():
+    # No prefix on the page, no # TYPE: detection alone would not call it NIM's.
+    read = read_page('num_requests_running{model_name="m"} 2\n', "nim")
+    assert (read.engine, read.failure, read.readings[0].requests_running) == ("nim", None, 2.0)
+
+
+def test_a_named_engine_on_a_page_that_is_not_metrics_says_so():
+    assert read_page(HTML, "vllm").failure == "not_metrics"
+
+
+def test_unknown_engine_name_is_a_failure_naming_the_valid_ones():
+    read = read_page("", "vlm")
+    assert (read.engine, read.readings, read.failure) == (None, (), "unknown_engine")
+    assert read.detail == (
+        "engine 'vlm' is not one Plimsoll reads: expected auto or one of vllm, sglang, trtllm, tgi, llamacpp, "
+        "lmdeploy, nim"
+    )
 
 
 def test_adapter_names_are_the_configurable_engines():
@@ -75,7 +110,7 @@ def test_adapter_names_are_the_configurable_engines():
 
 
 def test_keep_filter_keeps_histogram_samples_and_drops_created():
-    keep = keep_filter([adapter_named("vllm")])
+    keep = keep_filter([ADAPTER_NAMED["vllm"]])
     assert keep("vllm:time_to_first_token_seconds_bucket")
     assert keep("vllm:num_preemptions_total")
     assert not keep("vllm:num_preemptions_created")
@@ -92,8 +127,8 @@ def test_read_page_never_raises_on_mutated_captures(fixture, edits):
     for where, cut, insert in edits:
         at = int(where * len(text))
         text = text[:at] + insert + text[at + cut :]
-    engine, readings = read_page(text)
-    assert engine is not None or readings == []
+    read = read_page(text)
+    assert read.engine is not None or read.readings == ()
 
 
 NAMES = sorted({name for adapter in ADAPTERS for name in adapter.needs})
@@ -115,5 +150,5 @@ def engine_lines(draw: st.DrawFn) -> str:
 @given(st.lists(engine_lines(), max_size=40).map("\n".join))
 def test_adapters_never_raise_on_pages_made_of_their_own_names(text):
     for engine in ("auto", *(adapter.name for adapter in ADAPTERS)):
-        name, readings = read_page(text, engine)
-        assert all(reading.engine == name for reading in readings)
+        read = read_page(text, engine)
+        assert all(reading.engine == read.engine for reading in read.readings)

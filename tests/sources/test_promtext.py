@@ -4,11 +4,12 @@ import math
 import time
 from collections.abc import Mapping
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.sources.promtext import parse
+from exporter.sources.promtext import TooManySeries, parse
 from tests.conftest import ENGINE_FIXTURES
 
 FIXTURES = sorted(ENGINE_FIXTURES.glob("*.prom"))
@@ -173,3 +174,48 @@ def test_parse_never_raises_on_mutated_real_pages(name, edits):
         text = text[:at] + insert + text[at + cut :]
     page = parse(text)
     assert all(isinstance(s.value, float) for found in page.samples.values() for s in found)
+
+
+def test_parse_keeps_at_most_max_series_samples_and_refuses_more():
+    text = "".join(f'm{{i="{i}"}} {i}\n' for i in range(10))
+    assert len(parse(text, max_series=10).get("m")) == 10
+    with pytest.raises(TooManySeries) as refused:
+        parse(text, max_series=9)
+    assert refused.value.limit == 9
+
+
+def test_samples_dropped_by_the_keep_filter_do_not_count_towards_max_series():
+    text = "".join(f"noise_{i} 1\n" for i in range(100)) + "m 1\n"
+    assert parse(text, keep=lambda name: name == "m", max_series=1).get("m")[0].value == 1.0
+
+
+def test_parse_stops_at_the_series_cap_rather_than_reading_the_rest():
+    # The rest of the page is 50,000 lines that would each cost a label parse: stopping at the cap is what bounds
+    # the cost of a hostile page.
+    head = "".join(f'm{{i="{i}"}} 1\n' for i in range(11))
+    tail = 'm{a="' + "x" * 30 + '"} 1\n'
+    text = head + tail * 50_000
+    started = time.process_time()
+    with pytest.raises(TooManySeries):
+        parse(text, max_series=10)
+    stopped = time.process_time() - started
+    started = time.process_time()
+    parse(text)
+    whole = time.process_time() - started
+    assert stopped < whole / 3, f"stopping at the cap took {stopped:.3f} s, reading all {whole:.3f} s"
+
+
+LABEL_SETS = st.dictionaries(st.sampled_from(["engine", "model_name", "le", "tp_rank"]), st.sampled_from("01"))
+
+
+@given(st.lists(LABEL_SETS, max_size=30), st.lists(LABEL_SETS, min_size=1, max_size=6))
+def test_select_finds_exactly_the_samples_a_scan_finds_in_page_order(label_sets, wheres):
+    text = "".join(
+        "m{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + f"}} {i}\n" for i, labels in enumerate(label_sets)
+    )
+    page = parse(text)
+    for _ in range(2):  # the second pass reads through the index the first pass asked for
+        for where in wheres:
+            scanned = [s for s in page.get("m") if where.items() <= s.labels.items()]
+            assert list(page.select("m", where)) == scanned
+    assert list(page.select("absent", {"engine": "0"})) == []

@@ -2,7 +2,20 @@
 
 import math
 
-from exporter.sources.engines.series import counter, detection, gauge, groups, histogram, label_int, whole
+import pytest
+
+from exporter.sources.engines.base import TooManyInstances
+from exporter.sources.engines.series import (
+    at_most,
+    counter,
+    detection,
+    gauge,
+    groups,
+    histogram,
+    label_int,
+    label_number,
+    whole,
+)
 from exporter.sources.promtext import parse
 
 REPLICAS = ("tp_rank",)
@@ -20,10 +33,25 @@ def test_first_alias_with_a_matching_series_wins():
     assert gauge(page, ("new", "old"), {"engine": "2"}) is None
 
 
-def test_nan_says_nothing():
+def test_nan_beside_numbers_is_dropped():
+    page = parse('g{tp_rank="0"} NaN\ng{tp_rank="1"} 0.5\nc{reason="a"} NaN\nc{reason="b"} 3\n')
+    assert gauge(page, ("g",), {}) == 0.5
+    assert counter(page, ("c",), {}) == 3.0
+
+
+def test_a_series_of_nan_alone_reads_nan_so_that_its_check_can_say_why():
     page = parse("g NaN\nc NaN\n")
-    assert gauge(page, ("g",), {}) is None
-    assert counter(page, ("c",), {}) is None
+    for value in (gauge(page, ("g",), {}), counter(page, ("c",), {})):
+        assert value is not None and math.isnan(value)
+    assert gauge(page, ("absent",), {}) is None and counter(page, ("absent",), {}) is None
+
+
+def test_too_many_groups_is_refused_with_the_count():
+    found = groups(parse("".join(f'g{{engine="{i}"}} 1\n' for i in range(5))), ("g",), "engine", None)
+    assert at_most(found, 5) == found
+    with pytest.raises(TooManyInstances) as refused:
+        at_most(found, 4)
+    assert (refused.value.found, refused.value.limit) == (5, 4)
 
 
 def test_counter_splits_add_up_and_replicas_count_once():
@@ -111,6 +139,8 @@ def test_whole_numbers_from_floats_and_labels():
     assert label_int({"n": "32"}, "n") == 32
     assert label_int({"n": "None"}, "n") is None
     assert label_int({}, "n") is None
+    assert label_number({"n": "1e400"}, "n") == math.inf
+    assert label_number({"n": "None"}, "n") is None
 
 
 def test_detection_weighs_prefix_and_signature_and_says_why():

@@ -1,13 +1,17 @@
-"""The engine adapters, and which one a page belongs to.
+"""The engine adapters, which one a page belongs to, and reading one page safely.
 
 Adding an engine: one module exposing an `EngineAdapter` as `ADAPTER`, and one line in `ADAPTERS`.
+
+`read_page` is the one way the daemon reads a page: it never raises on what a page says, its cost is linear in the
+page and bounded by `PageLimits`, and it holds no state between calls, so it may run in a worker thread.
 """
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from exporter.sources.engines import llamacpp, lmdeploy, nim, sglang, tgi, trtllm, vllm
-from exporter.sources.engines.base import Detection, EngineAdapter, EngineReading
-from exporter.sources.promtext import ParsedPage, parse
+from exporter.sources.engines.base import Detection, EngineAdapter, EngineReading, PageLimits, TooManyInstances
+from exporter.sources.promtext import ParsedPage, TooManySeries, parse
 
 ADAPTERS: tuple[EngineAdapter, ...] = (
     vllm.ADAPTER,
@@ -23,6 +27,9 @@ ADAPTERS: tuple[EngineAdapter, ...] = (
 DETECTION_THRESHOLD = 0.5
 
 _HISTOGRAM_SUFFIXES = frozenset(("bucket", "sum", "count"))
+_DEFAULT_LIMITS = PageLimits()
+_NAMES = ", ".join(adapter.name for adapter in ADAPTERS)
+_NOT_METRICS = "the page is not Prometheus metrics (no # TYPE lines, no counters): check the target's URL and path"
 
 
 def detect(page: ParsedPage) -> tuple[EngineAdapter | None, list[tuple[str, Detection]]]:
@@ -33,26 +40,54 @@ def detect(page: ParsedPage) -> tuple[EngineAdapter | None, list[tuple[str, Dete
     return (best if detection.score >= DETECTION_THRESHOLD else None), [(a.name, d) for a, d in scored]
 
 
-def read_page(text: str, engine: str = "auto") -> tuple[str | None, list[EngineReading]]:
+@dataclass(frozen=True)
+class PageRead:
+    engine: str | None  # the adapter's name, None when no engine claims the page
+    readings: tuple[EngineReading, ...]
+    # None, or why the page gave nothing: "unknown_engine", "not_metrics", "too_many_series", "too_many_instances"
+    failure: str | None = None
+    detail: str | None = None  # a sentence for the operator saying what to do
+
+
+def read_page(text: str, engine: str = "auto", limits: PageLimits = _DEFAULT_LIMITS) -> PageRead:
     """Parse a page for what the adapters read and read it: with `engine="auto"` as the best-scoring engine's,
-    otherwise as the named engine's. A page no engine claims gives (None, [])."""
+    otherwise as the named engine's. Whatever the page holds, this returns; what went wrong is in `failure`."""
     if engine == "auto":
-        page = parse(text, keep_filter(ADAPTERS))
-        found, _ = detect(page)
-        if found is None:
-            return None, []
-        adapter = found
+        adapters = ADAPTERS
     else:
-        adapter = adapter_named(engine)
-        page = parse(text, keep_filter((adapter,)))
-    return adapter.name, adapter.read(page)
+        adapters = tuple(adapter for adapter in ADAPTERS if adapter.name == engine)
+        if not adapters:
+            detail = f"engine {engine!r} is not one Plimsoll reads: expected auto or one of {_NAMES}"
+            return PageRead(None, (), "unknown_engine", detail)
+    try:
+        page = parse(text, keep_filter(adapters), limits.max_series)
+    except TooManySeries as error:
+        detail = (
+            f"the page has more than {error.limit:,} samples of engine metrics; at most {error.limit:,} are read "
+            "(max_series_per_target)"
+        )
+        return PageRead(None if engine == "auto" else engine, (), "too_many_series", detail)
+    adapter = adapters[0] if engine != "auto" else detect(page)[0]
+    if adapter is None:
+        if _looks_like_metrics(text):
+            detail = f"none of the engines Plimsoll reads ({_NAMES}) is named on the page; `plimsoll probe` shows why"
+            return PageRead(None, (), "unknown_engine", detail)
+        return PageRead(None, (), "not_metrics", _NOT_METRICS)
+    try:
+        readings = adapter.read(page, limits.max_instances)
+    except TooManyInstances as error:
+        detail = (
+            f"the page has {error.found:,} engine instances; at most {error.limit:,} are read "
+            "(max_instances_per_target)"
+        )
+        return PageRead(adapter.name, (), "too_many_instances", detail)
+    if not readings and not _looks_like_metrics(text):
+        return PageRead(adapter.name, (), "not_metrics", _NOT_METRICS)
+    return PageRead(adapter.name, tuple(readings))
 
 
-def adapter_named(engine: str) -> EngineAdapter:
-    for adapter in ADAPTERS:
-        if adapter.name == engine:
-            return adapter
-    raise ValueError(f"unknown engine {engine!r}: expected auto or one of {', '.join(a.name for a in ADAPTERS)}")
+def _looks_like_metrics(text: str) -> bool:
+    return "# TYPE" in text or "_total" in text
 
 
 def keep_filter(adapters: Iterable[EngineAdapter]) -> Callable[[str], bool]:

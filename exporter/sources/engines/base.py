@@ -1,14 +1,30 @@
 """What every engine adapter returns: one normalised reading per engine instance on a page.
 
-`None` means the engine does not say; it never means zero. Counters are the engine's cumulative values as
-scraped (resets are handled downstream, where history lives).
+`None` means the engine gives no usable value: either the page does not carry the field (`absent_fields()`), or
+it carries a value outside the field's domain, whose reason is kept in `invalid`; it never means zero. Counters
+are the engine's cumulative values as scraped (resets are handled downstream, where history lives).
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from exporter.sources.promtext import ParsedPage
+
+
+@dataclass(frozen=True)
+class PageLimits:
+    """What one page may make a read keep; beyond either, the read fails (the target is marked down)."""
+
+    max_series: int = 20_000  # samples kept after filtering to the adapters' names
+    max_instances: int = 64  # engine instances read from one page
+
+
+class TooManyInstances(Exception):
+    def __init__(self, found: int, limit: int) -> None:
+        super().__init__(f"{found} engine instances, at most {limit} read")
+        self.found = found
+        self.limit = limit
 
 
 @dataclass(frozen=True)
@@ -40,6 +56,19 @@ class EngineReading:
     request_prompt_tokens: Histogram | None = None
     request_generation_tokens: Histogram | None = None
     engine_config: Mapping[str, str] = field(default_factory=dict)  # e.g. vLLM's cache_config_info labels
+    # Fields the page carried with a value outside their domain (left None above), and why, e.g.
+    # {"kv_cache_usage_ratio": "5 is outside 0..1"}.
+    invalid: Mapping[str, str] = field(default_factory=dict)
+
+    def absent_fields(self) -> tuple[str, ...]:
+        """The normalised fields the engine does not report: None, and not for being invalid."""
+        return tuple(name for name in NORMALISED_FIELDS if getattr(self, name) is None and name not in self.invalid)
+
+
+# Every field of a reading that holds a value from the engine (not who said it, nor the engine's config).
+NORMALISED_FIELDS = tuple(
+    f.name for f in fields(EngineReading) if f.name not in ("engine", "instance", "model", "engine_config", "invalid")
+)
 
 
 @dataclass(frozen=True)
@@ -62,4 +91,6 @@ class EngineAdapter(Protocol):
 
     def detect(self, page: ParsedPage) -> Detection: ...
 
-    def read(self, page: ParsedPage) -> list[EngineReading]: ...
+    def read(self, page: ParsedPage, max_instances: int = PageLimits.max_instances) -> list[EngineReading]:
+        """One reading per engine instance; raises TooManyInstances when the page has more than max_instances."""
+        ...

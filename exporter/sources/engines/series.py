@@ -8,14 +8,18 @@ The rules every adapter shares:
   largest, never the sum;
 - counter series split by a label (vLLM's finished_reason) add up to the whole, but replicas count once;
 - histogram series that differ only in `le` are one histogram.
-NaN values say nothing and are dropped.
+NaN values say nothing: beside numbers they are dropped; a field whose series hold only NaN reads NaN, which
+the field's domain check (domains.py) turns into a reason rather than a silent absence.
+
+Series are selected through `ParsedPage.select`, which indexes each name once, so reading every instance of a
+page costs time linear in its samples however many instances it has.
 """
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from exporter.sources.engines.base import Detection, Histogram
+from exporter.sources.engines.base import Detection, Histogram, TooManyInstances
 from exporter.sources.promtext import ParsedPage, Sample
 
 # A page whose names carry an engine's prefix is that engine's more likely than not; the rest of the score
@@ -51,6 +55,13 @@ def groups(page: ParsedPage, names: Iterable[str], instance_label: str | None, m
     return list(found.values())
 
 
+def at_most(found: list[Group], max_instances: int) -> list[Group]:
+    """The groups, or TooManyInstances when there are more than max_instances of them."""
+    if len(found) > max_instances:
+        raise TooManyInstances(len(found), max_instances)
+    return found
+
+
 def totals_only(page: ParsedPage, names: Iterable[str], breakdown_labels: Sequence[str]) -> ParsedPage:
     """The page with the series of `names` that carry a breakdown label with a value left out."""
     samples = dict(page.samples)
@@ -61,43 +72,44 @@ def totals_only(page: ParsedPage, names: Iterable[str], breakdown_labels: Sequen
     return replace(page, samples=samples)
 
 
-def matching(samples: Iterable[Sample], where: Mapping[str, str]) -> list[Sample]:
-    wanted = where.items()
-    return [s for s in samples if wanted <= s.labels.items()]
-
-
-def first_series(page: ParsedPage, names: Sequence[str], where: Mapping[str, str]) -> list[Sample]:
+def first_series(page: ParsedPage, names: Sequence[str], where: Mapping[str, str]) -> Sequence[Sample]:
     for name in names:
-        found = matching(page.get(name), where)
+        found = page.select(name, where)
         if found:
             return found
-    return []
+    return ()
 
 
 def gauge(page: ParsedPage, names: Sequence[str], where: Mapping[str, str]) -> float | None:
-    values = [s.value for s in first_series(page, names, where) if not math.isnan(s.value)]
-    return max(values) if values else None
+    series = first_series(page, names, where)
+    values = [s.value for s in series if not math.isnan(s.value)]
+    if values:
+        return max(values)
+    return math.nan if series else None
 
 
 def counter(
     page: ParsedPage, names: Sequence[str], where: Mapping[str, str], replica_labels: Sequence[str] = ()
 ) -> float | None:
     largest: dict[_Key, float] = {}
-    for sample in first_series(page, names, where):
+    series = first_series(page, names, where)
+    for sample in series:
         if not math.isnan(sample.value):
             key = _series_key(sample.labels, replica_labels)
             largest[key] = max(largest.get(key, -math.inf), sample.value)
-    return sum(largest.values()) if largest else None
+    if largest:
+        return sum(largest.values())
+    return math.nan if series else None
 
 
 def histogram(
     page: ParsedPage, families: Sequence[str], where: Mapping[str, str], replica_labels: Sequence[str] = ()
 ) -> Histogram | None:
     for family in families:
-        buckets = matching(page.get(family + "_bucket"), where)
-        counts = matching(page.get(family + "_count"), where)
+        buckets = page.select(family + "_bucket", where)
+        counts = page.select(family + "_count", where)
         if buckets or counts:
-            return _assemble(buckets, counts, matching(page.get(family + "_sum"), where), where, replica_labels)
+            return _assemble(buckets, counts, page.select(family + "_sum", where), where, replica_labels)
     return None
 
 
@@ -106,12 +118,17 @@ def whole(value: float | None) -> int | None:
     return int(value) if value is not None and math.isfinite(value) else None
 
 
-def label_int(labels: Mapping[str, str], key: str) -> int | None:
-    """An integer label value; vLLM prints unset config fields as "None"."""
+def label_number(labels: Mapping[str, str], key: str) -> float | None:
+    """A numeric label value; None when missing or not a number (vLLM prints unset config fields as "None")."""
     try:
-        return whole(float(labels[key]))
+        return float(labels[key])
     except (KeyError, ValueError):
         return None
+
+
+def label_int(labels: Mapping[str, str], key: str) -> int | None:
+    """An integer label value; vLLM prints unset config fields as "None"."""
+    return whole(label_number(labels, key))
 
 
 def detection(page: ParsedPage, prefix: str, signature: Sequence[Sequence[str]]) -> Detection:
@@ -141,9 +158,9 @@ def _series_key(labels: Mapping[str, str], dropped: Sequence[str]) -> _Key:
 
 
 def _assemble(
-    buckets: list[Sample],
-    counts: list[Sample],
-    sums: list[Sample],
+    buckets: Sequence[Sample],
+    counts: Sequence[Sample],
+    sums: Sequence[Sample],
     where: Mapping[str, str],
     replica_labels: Sequence[str],
 ) -> Histogram | None:
@@ -184,7 +201,7 @@ def _bound(le: str | None) -> float | None:
 def _histogram(buckets: dict[float, float], count: float | None, total: float | None) -> Histogram | None:
     if count is None:
         count = buckets.get(math.inf)
-    if count is None or math.isnan(count):
+    if count is None:
         return None
     pairs = sorted(buckets.items())
     if not pairs or pairs[-1][0] != math.inf:

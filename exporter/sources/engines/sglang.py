@@ -11,7 +11,8 @@ no dp_rank, so they are left off the per-rank readings rather than repeated on e
 from dataclasses import replace
 
 from exporter.sources.engines.base import EngineReading
-from exporter.sources.engines.series import Group, gauge, whole
+from exporter.sources.engines.domains import with_counts
+from exporter.sources.engines.series import Group, gauge
 from exporter.sources.engines.vocabulary import Vocabulary
 from exporter.sources.promtext import ParsedPage
 
@@ -46,10 +47,10 @@ VOCABULARY = Vocabulary(
 
 
 def _refine(page: ParsedPage, group: Group, reading: EngineReading) -> EngineReading:
-    return replace(
+    return with_counts(
         reading,
-        kv_cache_capacity_tokens=whole(gauge(page, (MAX_TOTAL_TOKENS,), group.where)),
-        kv_block_size=whole(gauge(page, (PAGE_SIZE,), group.where)),
+        kv_cache_capacity_tokens=gauge(page, (MAX_TOTAL_TOKENS,), group.where),
+        kv_block_size=gauge(page, (PAGE_SIZE,), group.where),
     )
 
 

@@ -7,10 +7,11 @@
 A page is read with whichever of the two vocabularies it scores higher on.
 """
 
-from dataclasses import replace
+import math
 
-from exporter.sources.engines.base import Detection, EngineReading
-from exporter.sources.engines.series import Group, detection, gauge, groups, whole
+from exporter.sources.engines.base import Detection, EngineReading, PageLimits
+from exporter.sources.engines.domains import checked, size_product, with_counts
+from exporter.sources.engines.series import Group, at_most, detection, gauge, groups
 from exporter.sources.engines.vocabulary import Vocabulary
 from exporter.sources.promtext import ParsedPage
 
@@ -46,14 +47,12 @@ class TensorRtLlm:
         best, exporter = (triton, "Triton backend") if triton.score >= serve.score else (serve, "trtllm-serve")
         return Detection(score=best.score, evidence=tuple(f"{exporter}: {line}" for line in best.evidence))
 
-    def read(self, page: ParsedPage) -> list[EngineReading]:
+    def read(self, page: ParsedPage, max_instances: int = PageLimits.max_instances) -> list[EngineReading]:
         triton, serve = self._detections(page)
         if triton.score >= serve.score:
-            return [
-                _triton_reading(page, group)
-                for group in groups(page, (TRITON_REQUESTS, TRITON_KV_BLOCKS), None, "model")
-            ]
-        return [_serve_reading(page, group) for group in SERVE.groups(page)]
+            models = groups(page, (TRITON_REQUESTS, TRITON_KV_BLOCKS), None, "model")
+            return [_triton_reading(page, group) for group in at_most(models, max_instances)]
+        return [_serve_reading(page, group) for group in at_most(SERVE.groups(page), max_instances)]
 
     def _detections(self, page: ParsedPage) -> tuple[Detection, Detection]:
         return detection(page, "nv_trt_llm_", [(TRITON_REQUESTS,), (TRITON_KV_BLOCKS,)]), SERVE.detect(page)
@@ -67,27 +66,26 @@ def _triton_reading(page: ParsedPage, group: Group) -> EngineReading:
         return gauge(page, (TRITON_REQUESTS,), {**group.where, "request_type": kind})
 
     usage, used, most, tokens_per = blocks("fraction"), blocks("used"), blocks("max"), blocks("tokens_per")
-    if usage is None and used is not None and most:
+    if usage is None and used is not None and most is not None and math.isfinite(most) and most > 0:
         usage = used / most  # builds before the "fraction" series was added
-    return EngineReading(
+    reading = EngineReading(
         engine="trtllm",
         instance=group.instance,
         model=group.model,
         kv_cache_usage_ratio=usage,
-        kv_cache_capacity_tokens=whole(most * tokens_per) if most is not None and tokens_per is not None else None,
-        kv_block_size=whole(tokens_per),
         requests_running=requests("active"),
         requests_waiting=requests("waiting"),
+    )
+    return with_counts(
+        checked(reading), kv_cache_capacity_tokens=size_product(most, tokens_per), kv_block_size=tokens_per
     )
 
 
 def _serve_reading(page: ParsedPage, group: Group) -> EngineReading:
     most = gauge(page, (SERVE_MAX_BLOCKS,), group.where)
     tokens_per = gauge(page, (SERVE_TOKENS_PER_BLOCK,), group.where)
-    return replace(
-        SERVE.reading(page, group),
-        kv_cache_capacity_tokens=whole(most * tokens_per) if most is not None and tokens_per is not None else None,
-        kv_block_size=whole(tokens_per),
+    return with_counts(
+        SERVE.reading(page, group), kv_cache_capacity_tokens=size_product(most, tokens_per), kv_block_size=tokens_per
     )
 
 

@@ -10,7 +10,8 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from exporter.sources.engines.base import EngineReading
-from exporter.sources.engines.series import Group, label_int, matching
+from exporter.sources.engines.domains import size_product, with_counts
+from exporter.sources.engines.series import Group, label_number
 from exporter.sources.engines.vocabulary import Vocabulary
 from exporter.sources.promtext import ParsedPage
 
@@ -49,24 +50,23 @@ VOCABULARY = Vocabulary(
 def _refine(page: ParsedPage, group: Group, reading: EngineReading) -> EngineReading:
     # cache_config_info has no model_name label: match it on the engine index alone (V1 labels it per engine).
     engine = {"engine": group.instance} if "engine" in group.where else {}
-    configs = matching(page.get(CACHE_CONFIG), engine)
+    configs = page.select(CACHE_CONFIG, engine)
     if not configs:
         return reading
     config = configs[0].labels
-    return replace(
-        reading,
+    return with_counts(
+        replace(reading, engine_config=MappingProxyType(dict(config))),
         kv_cache_capacity_tokens=capacity_tokens(config),
-        kv_block_size=label_int(config, "block_size"),
-        engine_config=MappingProxyType(dict(config)),
+        kv_block_size=label_number(config, "block_size"),
     )
 
 
-def capacity_tokens(config: Mapping[str, str]) -> int | None:
-    tokens = label_int(config, "kv_cache_size_tokens")
+def capacity_tokens(config: Mapping[str, str]) -> float | None:
+    """Tokens the KV pool holds, as the labels say it (checked as a count by the caller)."""
+    tokens = label_number(config, "kv_cache_size_tokens")
     if tokens is not None:
         return tokens
-    blocks, block_size = label_int(config, "num_gpu_blocks"), label_int(config, "block_size")
-    return blocks * block_size if blocks is not None and block_size is not None else None
+    return size_product(label_number(config, "num_gpu_blocks"), label_number(config, "block_size"))
 
 
 ADAPTER = replace(VOCABULARY, refine=_refine)

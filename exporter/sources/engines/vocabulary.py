@@ -8,8 +8,18 @@ start from one and add what names cannot say.
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.sources.engines.base import Detection, EngineReading
-from exporter.sources.engines.series import Group, counter, detection, gauge, groups, histogram, totals_only
+from exporter.sources.engines.base import Detection, EngineReading, PageLimits
+from exporter.sources.engines.domains import checked
+from exporter.sources.engines.series import (
+    Group,
+    at_most,
+    counter,
+    detection,
+    gauge,
+    groups,
+    histogram,
+    totals_only,
+)
 from exporter.sources.promtext import ParsedPage
 
 
@@ -64,19 +74,28 @@ class Vocabulary:
         return detection(page, self.prefix, [names for names in (self.running, self.waiting, self.kv_usage) if names])
 
     def groups(self, page: ParsedPage) -> list[Group]:
-        return groups(page, self.running + self.waiting + self.kv_usage, self.instance_label, self.model_label)
+        """The instances on the page, told apart by the load and KV gauges. A page without any of them (an older
+        build, metrics partly off) is told apart by its counters and histograms instead, so that what it carries is
+        still read. Not by both: server-wide series (SGLang's tokenizer-side counters under DP attention carry no
+        dp_rank) would make an extra instance beside the ranks."""
+        gauges = self.running + self.waiting + self.kv_usage
+        counters = self.preemptions + self.prompt_tokens + self.generation_tokens + self.requests_finished
+        histograms = self.ttft + self.itl + self.e2e + self.request_prompt_tokens + self.request_generation_tokens
+        others = counters + tuple(family + suffix for family in histograms for suffix in ("_count", "_bucket"))
+        found = groups(page, gauges, self.instance_label, self.model_label)
+        return found or groups(page, others, self.instance_label, self.model_label)
 
-    def read(self, page: ParsedPage) -> list[EngineReading]:
+    def read(self, page: ParsedPage, max_instances: int = PageLimits.max_instances) -> list[EngineReading]:
         if self.breakdown_labels:
             page = totals_only(page, self.needs, self.breakdown_labels)
-        readings = [(group, self.reading(page, group)) for group in self.groups(page)]
+        readings = [(group, self.reading(page, group)) for group in at_most(self.groups(page), max_instances)]
         if self.refine is None:
             return [reading for _, reading in readings]
         return [self.refine(page, group, reading) for group, reading in readings]
 
     def reading(self, page: ParsedPage, group: Group) -> EngineReading:
         where, replicas = group.where, self.replica_labels
-        return EngineReading(
+        reading = EngineReading(
             engine=self.name,
             instance=group.instance,
             model=group.model,
@@ -93,3 +112,4 @@ class Vocabulary:
             request_prompt_tokens=histogram(page, self.request_prompt_tokens, where, replicas),
             request_generation_tokens=histogram(page, self.request_generation_tokens, where, replicas),
         )
+        return checked(reading)
