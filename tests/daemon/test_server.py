@@ -2,12 +2,18 @@
 
 import asyncio
 import gzip
+import logging
+import socket
+import threading
+import time
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config import Config, SloConfig, Target
+from exporter import server
+from exporter.config import Config, ConfigError, SloConfig, Target
 from exporter.daemon import Daemon
 from exporter.server import DAEMON, build_app
 from tests.conftest import TESTS
@@ -150,3 +156,139 @@ def test_metrics_negotiate_openmetrics_and_follow_a_new_snapshot():
     assert text.rstrip().endswith("# EOF")
     poll_line = [line for line in first.splitlines() if line.startswith("plimsoll_poll_duration_seconds ")]
     assert poll_line and poll_line[0] not in second  # a new poll renders anew, not the cached page
+
+
+def test_state_and_status_page_are_rendered_once_per_snapshot(monkeypatch):
+    rendered: list[str] = []
+
+    def counting(name, render):
+        def wrapper(snapshot):
+            rendered.append(name)
+            return render(snapshot)
+
+        return wrapper
+
+    monkeypatch.setattr(server, "state_dict", counting("state", server.state_dict))
+    monkeypatch.setattr(server, "status_page", counting("page", server.status_page))
+
+    async def check(client):
+        bodies = [await (await client.get(path)).read() for path in ("/api/v1/state", "/") * 5]
+        before = sorted(rendered)
+        await client.server.app[DAEMON].poll_once(client.session)
+        await client.get("/api/v1/state")
+        await client.get("/")
+        return bodies, before, sorted(rendered)
+
+    bodies, before, after = _serve(check)
+    assert before == ["page", "state"], "ten requests, one snapshot: each page rendered once"
+    assert after == ["page", "page", "state", "state"], "a new snapshot is rendered anew"
+    assert len(set(bodies[0::2])) == 1 and len(set(bodies[1::2])) == 1
+
+
+def _reloading(reload, config: Config) -> tuple[Daemon, "server.Reloader"]:
+    daemon = Daemon(config)
+    return daemon, server.Reloader(daemon, reload)
+
+
+async def _until(condition, what: str, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s:g}s: {what}"
+        await asyncio.sleep(0.01)
+
+
+def test_a_sighup_during_a_reload_runs_one_more_reload_after_it_never_two_at_once():
+    first, second = Config(nvml=False, poll_interval_seconds=7.0), Config(nvml=False, poll_interval_seconds=9.0)
+    release = threading.Event()
+    running: list[int] = []
+    calls: list[int] = []
+    overlapped: list[bool] = []
+
+    def reload() -> Config:
+        overlapped.append(bool(running))
+        running.append(1)
+        calls.append(1)
+        try:
+            release.wait(5.0)
+            return first if len(calls) == 1 else second
+        finally:
+            running.pop()
+
+    async def go() -> Daemon:
+        daemon, reloader = _reloading(reload, Config(nvml=False))
+        reloader.on_sighup()
+        await _until(lambda: calls == [1], "the first reload running")
+        reloader.on_sighup()
+        reloader.on_sighup()
+        release.set()
+        await _until(lambda: daemon.config == second, "the second reload applied")
+        await reloader.stop()
+        return daemon
+
+    daemon = asyncio.run(go())
+    assert len(calls) == 2, "three SIGHUPs, one while a reload ran: two reloads"
+    assert overlapped == [False, False]
+    assert daemon.config == second
+
+
+def test_a_rejected_reload_keeps_the_running_config_and_says_why(caplog):
+    running = Config(nvml=False, poll_interval_seconds=7.0)
+
+    def reload() -> Config:
+        raise ConfigError(["plimsoll.yaml: poll_interval: 5 has no unit: write 5s"])
+
+    async def go() -> Daemon:
+        daemon, reloader = _reloading(reload, running)
+        reloader.on_sighup()
+        await _until(lambda: "config reload rejected" in caplog.text, "the rejection logged")
+        return daemon
+
+    with caplog.at_level(logging.INFO, logger="plimsoll.server"):
+        daemon = asyncio.run(go())
+    assert daemon.config is running
+    assert "keeping the running config:\nplimsoll.yaml: poll_interval: 5 has no unit" in caplog.text
+
+
+def test_a_reload_warns_about_the_fields_that_need_a_restart_and_applies_the_rest(caplog):
+    new = Config(nvml=False, listen="127.0.0.1:19999", poll_interval_seconds=9.0)
+
+    async def go() -> Daemon:
+        daemon, reloader = _reloading(lambda: new, Config(nvml=False))
+        reloader.on_sighup()
+        await _until(lambda: daemon.config is new, "the new config applied")
+        return daemon
+
+    with caplog.at_level(logging.WARNING, logger="plimsoll.server"):
+        asyncio.run(go())
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "listen" in warning and "restart" in warning
+
+
+def test_sighup_without_a_reload_is_logged_and_nothing_changes(caplog):
+    running = Config(nvml=False)
+
+    async def go() -> Daemon:
+        daemon, reloader = _reloading(None, running)
+        reloader.on_sighup()
+        return daemon
+
+    with caplog.at_level(logging.INFO, logger="plimsoll.server"):
+        daemon = asyncio.run(go())
+    assert daemon.config is running
+    assert "SIGHUP: no --config to reload" in caplog.text
+
+
+def test_a_listen_address_that_cannot_be_bound_is_one_line_saying_what_to_do():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(server.ListenError) as in_use:
+            server.listen_socket(f"127.0.0.1:{port}")
+    with pytest.raises(server.ListenError) as nonsense:
+        server.listen_socket("nonsense")
+    assert str(in_use.value) == (
+        f"cannot listen on 127.0.0.1:{port}: address already in use (another plimsoll? set --listen)"
+    )
+    assert str(nonsense.value).startswith("cannot listen on nonsense: ")
+    assert "\n" not in str(nonsense.value)
