@@ -69,18 +69,19 @@ class ParsedPage:
 
     def select(self, name: str, where: Mapping[str, str]) -> Sequence[Sample]:
         """The samples of `name` whose labels include every pair in `where`, in page order."""
-        if not where:
-            return self.get(name)
+        samples = self.get(name)
+        if not where or not samples:
+            return samples
         keys = tuple(sorted(where))
         slot = name, keys
         if slot not in self._indexes:
             self._indexes[slot] = None  # selected once: index on the next selection
             wanted = where.items()
-            return [sample for sample in self.get(name) if wanted <= sample.labels.items()]
+            return [sample for sample in samples if wanted <= sample.labels.items()]
         index = self._indexes[slot]
         if index is None:
             index = {}
-            for sample in self.get(name):
+            for sample in samples:
                 index.setdefault(tuple(map(sample.labels.get, keys)), []).append(sample)
             self._indexes[slot] = index
         return index.get(tuple(map(where.__getitem__, keys)), ())
