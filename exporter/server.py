@@ -159,6 +159,43 @@ def _basic_auth(check: BasicAuthCheck) -> Middleware:
     return require_credentials
 
 
+class HeaderDeadline:
+    """Closes a connection whose first request has not fully arrived within request_header_timeout of its accept
+    (a TLS handshake included), however it trickles in: aiohttp has no such limit, and a client that opens a
+    thousand connections and sends a byte a second would keep them all. The factory arms a timer per accepted
+    connection; the middleware disarms it once a request head was parsed and routed. Later requests on a kept-alive
+    connection are bounded by aiohttp's keepalive_timeout, set to the same time by `_serve`: it runs from the end
+    of each response and trickled bytes do not extend it."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self._waiting: set[web.RequestHandler] = set()  # accepted, no request yet, timer not yet fired
+
+    def protocols(self, factory: Callable[[], web.RequestHandler]) -> Callable[[], web.RequestHandler]:
+        def accept() -> web.RequestHandler:
+            connection = factory()
+            self._waiting.add(connection)
+            asyncio.get_running_loop().call_later(self.timeout, self._expire, connection)
+            return connection
+
+        return accept
+
+    def _expire(self, connection: web.RequestHandler) -> None:
+        if connection in self._waiting:
+            self._waiting.discard(connection)
+            # No transport yet: the TLS handshake is still running, and its own timeout (the same) ends it.
+            if connection.transport is not None:
+                connection.force_close()
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        self._waiting.discard(request.protocol)
+        return await handler(request)
+
+
+HEADER_DEADLINE = web.AppKey("header_deadline", HeaderDeadline)
+
+
 async def _poll_loop(app: web.Application) -> AsyncIterator[None]:
     daemon = app[DAEMON]
     connector = aiohttp.TCPConnector(limit_per_host=2)
@@ -178,11 +215,16 @@ def build_app(daemon: Daemon, web_config: WebConfig | None = None) -> web.Applic
             lambda: [(s.name, s.threshold_seconds, s.objective) for s in daemon.config.slos],
         )
     )
-    middlewares: list[Middleware] = [RequestCap(lambda: daemon.config.max_concurrent_requests).middleware]
+    deadline = HeaderDeadline(daemon.config.request_header_timeout_seconds)
+    middlewares: list[Middleware] = [
+        deadline.middleware,
+        RequestCap(lambda: daemon.config.max_concurrent_requests).middleware,
+    ]
     if web_config is not None and web_config.users:
         middlewares.append(_basic_auth(BasicAuthCheck(web_config.users)))
     app = web.Application(middlewares=middlewares)
     app[DAEMON] = daemon
+    app[HEADER_DEADLINE] = deadline
     if web_config is not None and web_config.headers:
         headers = dict(web_config.headers)
 
@@ -270,14 +312,16 @@ class MalformedRequestLog(logging.LoggerAdapter[logging.Logger]):
 
 
 class BoundSite(web.BaseSite):
-    """A site on a socket bound before the app started, so a port in use fails before any background task; TLS
-    handshakes get the same deadline as request headers (asyncio's default is 60 s, which a client that connects
-    and never speaks would get per connection)."""
+    """A site on a socket bound before the app started, so a port in use fails before any background task, with
+    the header deadline armed on every connection it accepts and on TLS handshakes (asyncio's default handshake
+    timeout is 60 s, which a client that connects and never speaks would get per connection)."""
 
-    def __init__(self, runner: web.BaseRunner, sock: socket.socket, tls: ssl.SSLContext | None, timeout: float):
+    def __init__(
+        self, runner: web.BaseRunner, sock: socket.socket, tls: ssl.SSLContext | None, deadline: HeaderDeadline
+    ):
         super().__init__(runner, ssl_context=tls)
         self._sock = sock
-        self._handshake_timeout = timeout if tls is not None else None
+        self._deadline = deadline
 
     @property
     def name(self) -> str:
@@ -289,11 +333,11 @@ class BoundSite(web.BaseSite):
         server = self._runner.server
         assert server is not None, "the runner is set up before its sites start"
         self._server = await asyncio.get_running_loop().create_server(
-            server,
+            self._deadline.protocols(server),
             sock=self._sock,
             backlog=LISTEN_BACKLOG,
             ssl=self._ssl_context,
-            ssl_handshake_timeout=self._handshake_timeout,
+            ssl_handshake_timeout=self._deadline.timeout if self._ssl_context else None,
         )
 
 
@@ -342,18 +386,17 @@ async def _serve(
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reloader.on_sighup)
+    app = build_app(daemon, web_config)
     runner = web.AppRunner(
-        build_app(daemon, web_config),
+        app,
         access_log=None,  # Prometheus scrapes every few seconds and each line would say the same thing
-        # aiohttp arms this timer when a connection opens and after each response, and closes the connection if
-        # no complete request head has arrived when it fires; bytes trickling in do not extend it. So it is the
-        # time a client has to send its headers (slowloris), and idle keep-alive connections go after it too.
+        # The wait for a kept-alive connection's next request (see HeaderDeadline): idle connections go too.
         keepalive_timeout=config.request_header_timeout_seconds,
         logger=MalformedRequestLog(log),
     )
     await runner.setup()
     try:
-        site = BoundSite(runner, sock, web_config.tls if web_config else None, config.request_header_timeout_seconds)
+        site = BoundSite(runner, sock, web_config.tls if web_config else None, app[HEADER_DEADLINE])
         await site.start()
         log.info("plimsoll serving on %s, polling every %gs", site.name, config.poll_interval_seconds)
         await stop.wait()

@@ -9,6 +9,7 @@ import time
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -292,3 +293,46 @@ def test_a_listen_address_that_cannot_be_bound_is_one_line_saying_what_to_do():
     )
     assert str(nonsense.value).startswith("cannot listen on nonsense: ")
     assert "\n" not in str(nonsense.value)
+
+
+def test_the_header_deadline_closes_a_trickling_first_request_and_spares_a_prompt_one():
+    timeout = 0.5
+
+    async def read_response(reader: asyncio.StreamReader) -> bytes:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))[15:])
+        return head + await reader.readexactly(length)
+
+    async def go() -> tuple[float, bytes, bytes]:
+        app = build_app(Daemon(Config(nvml=False, request_header_timeout_seconds=timeout)))
+        runner = web.AppRunner(app, keepalive_timeout=3600)  # aiohttp's own idle timer out of the way
+        await runner.setup()
+        sock = server.listen_socket("127.0.0.1:0")
+        await server.BoundSite(runner, sock, None, app[server.HEADER_DEADLINE]).start()
+        port = sock.getsockname()[1]
+        try:
+            request = b"GET /healthz HTTP/1.1\r\nHost: plimsoll\r\n\r\n"
+            prompt_reader, prompt_writer = await asyncio.open_connection("127.0.0.1", port)
+            prompt_writer.write(request)
+            first = await read_response(prompt_reader)
+            started = time.monotonic()
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: plimsoll\r\n")
+            closed = asyncio.ensure_future(reader.read(1))
+            while not closed.done():
+                assert time.monotonic() - started < 10 * timeout, "the trickling connection was never closed"
+                writer.write(b"X-Slow: 1\r\n")
+                await asyncio.wait({closed}, timeout=0.05)
+            closed_after = time.monotonic() - started
+            # The prompt connection is past its deadline by now; having sent a request in time, it stays open.
+            prompt_writer.write(request)
+            second = await read_response(prompt_reader)
+            prompt_writer.close()
+            writer.close()
+            return closed_after, first, second
+        finally:
+            await runner.cleanup()
+
+    closed_after, first, second = asyncio.run(go())
+    assert timeout <= closed_after < 4 * timeout
+    assert first.startswith(b"HTTP/1.1 200") and second.startswith(b"HTTP/1.1 200")
