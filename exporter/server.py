@@ -413,6 +413,8 @@ def serve(config: Config, reload: Callable[[], Config] | None) -> None:
     config on SIGHUP (None: nothing to reload)."""
     web_config = load_web_config(config.web_config) if config.web_config else None
     sock = listen_socket(config.listen)
+    if web_config is not None and web_config.users and web_config.tls is None:
+        log.warning("%s: basic auth without TLS: passwords cross the network in clear text", web_config.source)
     nvml = NvmlReader() if config.nvml else None
     try:
         asyncio.run(_serve(config, reload, sock, web_config, nvml))

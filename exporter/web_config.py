@@ -146,7 +146,10 @@ def _tls_context(raw: Any, base: Path, problems: _Problems) -> ssl.SSLContext | 
     )
     where = "tls_server_config."
     if not any(section.get(key) for key in ("cert_file", "key_file", "client_auth_type", "client_ca_file")):
-        return None  # as exporter-toolkit: no certificate and no client auth means plain HTTP
+        if any(key in _TLS_KEYS for key in section):
+            # exporter-toolkit serves plain HTTP here; a TLS setting with no certificate is more likely a mistake.
+            problems.add("tls_server_config", "TLS settings without cert_file and key_file (set both for HTTPS)")
+        return None
     before = len(problems.lines)
     cert_file = _readable_file(section.get("cert_file"), where + "cert_file", base, problems)
     key_file = _readable_file(section.get("key_file"), where + "key_file", base, problems)

@@ -260,3 +260,9 @@ def test_a_password_is_checked_by_bcrypt_once_and_an_unknown_user_after_the_same
     assert asyncio.run(go()) == [True, True, True, False, False, False]
     assert len(checked) == 2, "the right password was hashed once; the stranger against a decoy"
     assert checked[1] != HASH.encode()
+
+
+def test_a_tls_setting_without_a_certificate_is_refused_rather_than_serving_plain_http(tmp_path):
+    path = _web_config(tmp_path, {"tls_server_config": {"min_version": "TLS13"}})
+    (problem,) = _problems(path)
+    assert problem.startswith(f"{path}: tls_server_config: TLS settings without cert_file and key_file")
