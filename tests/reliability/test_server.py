@@ -136,7 +136,8 @@ def _sampling(daemon: DaemonProcess) -> Iterator[Rss]:
 
 async def _crowd(url: str, clients: int) -> list[int | str]:
     """`clients` clients at once, each on its own connection with one request: two in five on /api/v1/state (the
-    page of the report), the rest on /metrics (gzip and plain) and /; each result a status, or the name of what went wrong (a timeout included)."""
+    page of the report), the rest on /metrics (gzip and plain) and /; each result a status, or the name of what
+    went wrong (a timeout included)."""
     kinds = (
         ("/api/v1/state", {}),
         ("/api/v1/state", {}),
