@@ -355,7 +355,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     config = run_config(args)
     if args.check_only:
-        problems = _model_problems(config)
+        problems = [*_model_problems(config), *_web_config_problems(config)]
         if problems:
             raise ConfigError(problems)
         print(f"{config.source}: ok, {len(config.targets)} static targets")
@@ -367,10 +367,22 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _web_config_problems(config: Config) -> list[str]:
+    from exporter.web_config import load_web_config  # bcrypt and ssl load only where a web config is named
+
+    if config.web_config is None:
+        return []
+    try:
+        load_web_config(config.web_config)
+    except ConfigError as error:
+        return error.problems
+    return []
+
+
 def _check_config(args: argparse.Namespace) -> int:
     """Every problem in one run: the file's, then what the capacity model says about each target."""
     report = check_config_file(args.config)
-    problems = [*report.problems, *_model_problems(report.config)]
+    problems = [*report.problems, *_model_problems(report.config), *_web_config_problems(report.config)]
     if problems:
         raise ConfigError(problems)
     config = report.config

@@ -204,7 +204,10 @@ class SnapshotCollector(Collector):
         build.add_metric([__version__], {})
         yield build
         yield GaugeMetricFamily(
-            "plimsoll_poll_duration_seconds", "How long the last poll cycle took.", value=snapshot.poll_duration_seconds
+            "plimsoll_poll_duration_seconds",
+            "How long the last cycle of discovery and NVML took. Targets are read on their own schedules: see "
+            "plimsoll_target_scrape_duration_seconds.",
+            value=snapshot.poll_duration_seconds,
         )
         yield GaugeMetricFamily(
             "plimsoll_saturation_threshold_ratio",

@@ -24,9 +24,8 @@ from types import MappingProxyType
 from typing import Any
 
 import bcrypt
-import yaml
 
-from exporter.config import ConfigError
+from exporter.config import ConfigError, load_yaml
 
 MAX_FILE_BYTES = 1024 * 1024
 _TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -247,12 +246,7 @@ def load_web_config(path: str) -> WebConfig:
         raise ConfigError([f"{path}: cannot read the web config: {error.strerror} (check --web-config)"]) from None
     if len(data) > MAX_FILE_BYTES:
         raise ConfigError([f"{path}: the web config is over {MAX_FILE_BYTES:,} bytes; is this the right file?"])
-    try:
-        document = yaml.safe_load(data)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError([f"{path}: not valid YAML{where}: {getattr(error, 'problem', None) or error}"]) from None
+    document = load_yaml(data.decode("utf-8", errors="replace"), path)
     top = _mapping(document, "(top level)", problems)
     for key, reason in _REFUSED_TOP_KEYS.items():
         if key in top:

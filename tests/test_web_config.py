@@ -161,7 +161,7 @@ def test_a_missing_or_broken_file_is_one_problem_saying_so(tmp_path):
     broken = tmp_path / "broken.yml"
     broken.write_text("tls_server_config: [\n")
     (problem,) = _problems(str(broken))
-    assert problem.startswith(f"{broken}: not valid YAML at line")
+    assert problem.startswith(f"{broken}: not valid YAML: line 2")
 
 
 async def _answers(web: WebConfig, requests: list[dict[str, Any]]) -> list[Any]:
