@@ -161,3 +161,44 @@ def test_the_eta_is_never_negative(readings: list[tuple[float, float]], threshol
     eta = eta_seconds(points, threshold, now, min_span_seconds=0)
     assert eta >= 0
     assert not math.isnan(eta)
+
+
+# The daemon's window: 60 readings, 5 s apart, and a trend only over at least three polls.
+DAEMON_POINTS = 60
+DAEMON_MIN_SPAN = 3 * POLL
+THRESHOLD = 0.9
+
+
+def test_the_eta_turns_to_never_within_two_polls_of_usage_falling_below_the_threshold():
+    rise = [0.5 + 0.49 * i / 9 for i in range(10)]  # 0.50 -> 0.99 in ten polls
+    plateau = [0.99] * 50
+    fall = [0.99 - 0.39 * k / 16 for k in range(1, 17)]  # 0.99 -> 0.60 over 16 polls
+    readings = series(rise + plateau + fall)
+    polls_below = 0
+    etas = []
+    for end in range(len(rise) + len(plateau) + 1, len(readings) + 1):
+        window = readings[max(0, end - DAEMON_POINTS) : end]
+        now = window[-1].t
+        eta = eta_seconds(window, THRESHOLD, now, min_span_seconds=DAEMON_MIN_SPAN)
+        etas.append((round(window[-1].value, 3), eta))
+        polls_below += window[-1].value < THRESHOLD
+        assert eta == 0 or eta == math.inf, f"a finite ETA while usage falls: {etas}"
+        if polls_below >= 2:
+            assert eta == math.inf, f"still saturated after {polls_below} polls below the threshold: {etas}"
+    assert polls_below == 13
+
+
+@pytest.mark.parametrize("at", [1, 2, 3, 10, 30])
+def test_one_spike_over_the_threshold_in_a_flat_series_is_not_saturation(at: int):
+    values = [0.5] * DAEMON_POINTS
+    values[-at] = 0.99
+    points = series(values)
+    assert eta_seconds(points, THRESHOLD, points[-1].t, min_span_seconds=DAEMON_MIN_SPAN) == math.inf
+
+
+def test_a_steady_rise_below_the_threshold_gives_the_linear_eta():
+    per_second = 0.001  # 0.30 -> 0.595 over the window
+    points = ramp(0.30, per_second, n=DAEMON_POINTS)
+    now = points[-1].t
+    expected = (THRESHOLD - points[-1].value) / per_second
+    assert eta_seconds(points, THRESHOLD, now, min_span_seconds=DAEMON_MIN_SPAN) == pytest.approx(expected, rel=0.02)
