@@ -198,7 +198,10 @@ HEADER_DEADLINE = web.AppKey("header_deadline", HeaderDeadline)
 
 async def _poll_loop(app: web.Application) -> AsyncIterator[None]:
     daemon = app[DAEMON]
-    connector = aiohttp.TCPConnector(limit_per_host=2)
+    # No pool limit: each target has at most one request in flight (its own task), so connections are already
+    # bounded by the number of targets; a pool limit would only let hung targets on one host take the slots the
+    # others on that host need.
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=True) as session:
         task = asyncio.create_task(daemon.run(session), name="plimsoll-poll")
         yield
