@@ -678,15 +678,16 @@ def parse_config(text: str, source: str, environ: Mapping[str, str] | None = Non
     return report.config
 
 
-def read_config_text(path: str | Path) -> str:
-    """The config file's text, refused past MAX_CONFIG_BYTES without reading further."""
+def read_config_text(path: str | Path, what: str = "config file") -> str:
+    """The text of the config, a web config or a file_sd file, refused past MAX_CONFIG_BYTES without reading
+    further: each is a few kilobytes, and a daemon that re-reads files must not load whatever lands there."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
-        raise ConfigError([f"{path}: cannot read the config file ({error.strerror})"]) from None
+        raise ConfigError([f"{path}: cannot read the {what} ({error.strerror})"]) from None
     if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError([f"{path}: over 1 MiB; a config is a few kilobytes (is this the right file?)"])
+        raise ConfigError([f"{path}: over 1 MiB; a {what} is a few kilobytes (is this the right file?)"])
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

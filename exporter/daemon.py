@@ -29,7 +29,15 @@ from exporter import __version__
 from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.plan import CapacityPlan
-from exporter.config import Config, ConfigError, Target, parse_target_file, redact_url, scan_targets
+from exporter.config import (
+    Config,
+    ConfigError,
+    Target,
+    parse_target_file,
+    read_config_text,
+    redact_url,
+    scan_targets,
+)
 from exporter.headroom import capacity_error_ratio, headroom
 from exporter.slo import SloCounter, advance
 from exporter.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetState
@@ -54,7 +62,6 @@ SCAN_INTERVAL_SECONDS = 60.0
 SCAN_CONNECT_TIMEOUT_SECONDS = 0.5
 # A target's new reading reaches the snapshot within this; reads in between are published together.
 PUBLISH_DELAY_SECONDS = 0.25
-MAX_TARGET_FILE_BYTES = 1024 * 1024
 # A page up to this size is read on the event loop (a 53 KB vLLM page takes ~2 ms); a larger one in a worker thread,
 # so the loop keeps answering. A thread hop per page costs more CPU than the read of a usual page: measured with
 # 200 targets, reading every page in a thread took 18% of a core against 15% inline.
@@ -198,14 +205,6 @@ def _names_targets(config: Config) -> bool:
     return bool(config.targets or config.target_files or config.kubernetes)
 
 
-def _load_target_file(path: str) -> tuple[Target, ...]:
-    with open(path, "rb") as handle:
-        data = handle.read(MAX_TARGET_FILE_BYTES + 1)
-    if len(data) > MAX_TARGET_FILE_BYTES:
-        raise ConfigError([f"{path}: over {MAX_TARGET_FILE_BYTES:,} bytes; split the targets over several files"])
-    return parse_target_file(data.decode("utf-8", errors="replace"), path)
-
-
 def _model_name(name: str) -> str:
     return name.lower().rstrip("/").rsplit("/", 1)[-1]
 
@@ -328,7 +327,7 @@ class Daemon:
                 current[path] = known
                 continue
             try:
-                current[path] = TargetFile(stamp, _load_target_file(path))
+                current[path] = TargetFile(stamp, parse_target_file(read_config_text(path, "target file"), path))
             except (OSError, ConfigError) as error:
                 kept = known.targets if known is not None else ()
                 log.warning("target file %s not used, keeping its last good %d targets: %s", path, len(kept), error)

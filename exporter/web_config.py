@@ -25,9 +25,8 @@ from typing import Any
 
 import bcrypt
 
-from exporter.config import ConfigError, load_yaml
+from exporter.config import ConfigError, load_yaml, read_config_text
 
-MAX_FILE_BYTES = 1024 * 1024
 _TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 _VERIFY_MODES = {
     "NoClientCert": ssl.CERT_NONE,
@@ -239,14 +238,7 @@ def _headers(raw: Any, problems: _Problems) -> dict[str, str]:
 def load_web_config(path: str) -> WebConfig:
     """Read and validate the file; raise ConfigError with every problem, each naming the file and the field."""
     problems = _Problems(path)
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as error:
-        raise ConfigError([f"{path}: cannot read the web config: {error.strerror} (check --web-config)"]) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ConfigError([f"{path}: the web config is over {MAX_FILE_BYTES:,} bytes; is this the right file?"])
-    document = load_yaml(data.decode("utf-8", errors="replace"), path)
+    document = load_yaml(read_config_text(path, "web config"), path)
     top = _mapping(document, "(top level)", problems)
     for key, reason in _REFUSED_TOP_KEYS.items():
         if key in top:

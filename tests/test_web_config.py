@@ -155,9 +155,7 @@ def test_an_encrypted_key_is_refused_without_a_prompt(ca, tmp_path):
 
 def test_a_missing_or_broken_file_is_one_problem_saying_so(tmp_path):
     missing = str(tmp_path / "absent.yml")
-    assert _problems(missing) == [
-        f"{missing}: cannot read the web config: No such file or directory (check --web-config)"
-    ]
+    assert _problems(missing) == [f"{missing}: cannot read the web config (No such file or directory)"]
     broken = tmp_path / "broken.yml"
     broken.write_text("tls_server_config: [\n")
     (problem,) = _problems(str(broken))

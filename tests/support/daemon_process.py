@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import subprocess
 import sys
 import threading
@@ -21,9 +20,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from tests.support.prometheus import LOOPBACK, NotReady, free_port, http, wait_until
+from tests.support.prometheus import LOOPBACK, NotReady, free_port, http, stop_process, wait_until
 
-STOP_GRACE_S = 10.0
 READY_TIMEOUT_S = 20.0
 
 
@@ -71,13 +69,7 @@ class DaemonProcess:
         self.process.send_signal(number)
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        return self.process.wait()
+        return stop_process(self.process)
 
 
 def _healthy(daemon: DaemonProcess) -> bool | None:

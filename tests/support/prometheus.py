@@ -94,13 +94,18 @@ class ToolProcess:
             return "(no log)"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        self.process.wait()
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> int:
+    """SIGTERM, then SIGKILL after a grace period, and always a wait: no process outlives its test."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
 
 
 def _ready(tool: ToolProcess) -> bool | None:
