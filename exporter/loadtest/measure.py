@@ -1,0 +1,64 @@
+"""What a load step measures: per-request client timings, engine readings and the step as a whole. Values only."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request as the client saw it. Times in seconds; `sent_at` since the step started (monotonic).
+
+    `error` is None when the request completed, else a short reason: "timeout", "stalled", "http 503",
+    "connection refused", "not streaming", "bad response: ...".
+    """
+
+    sent_at: float
+    ttft_seconds: float | None  # None when no token arrived
+    itl_seconds: tuple[float, ...]  # every gap between streamed chunks that carried tokens
+    e2e_seconds: float | None  # None when it did not complete
+    prompt_tokens: int | None  # from the server's usage (stream_options.include_usage)
+    output_tokens: int | None
+    error: str | None
+
+    @property
+    def mean_itl_seconds(self) -> float | None:
+        if not self.itl_seconds:
+            return None
+        return sum(self.itl_seconds) / len(self.itl_seconds)
+
+    @property
+    def completed(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class EngineSample:
+    """One reading of the engine's /metrics during a step; None where the engine does not say."""
+
+    t: float  # seconds since the step started
+    kv_cache_usage_ratio: float | None
+    requests_running: float | None
+    requests_waiting: float | None
+    preemptions_total: float | None
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """The latency objectives a step is judged by; a threshold of None is not judged."""
+
+    ttft_seconds: float | None
+    itl_seconds: float | None
+    objective: float  # share of requests that must meet every threshold, e.g. 0.99
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """What one load step produced (warm-up already discarded)."""
+
+    concurrency: int
+    duration_seconds: float  # measured part only
+    requests: tuple[RequestRecord, ...]
+    engine: tuple[EngineSample, ...]  # () when /metrics is unreachable
+    engine_error: str | None  # why there are no engine samples, else None
+    client_lag_p99_seconds: float  # event-loop lag of the load generator (asyncio sleep overshoot)
+    ended_early: str | None  # e.g. "certainly failing: upper bound 0.62 < 0.99 after 40 requests"
+    interrupted: bool = False  # Ctrl-C during the step
