@@ -110,6 +110,9 @@ class Config:
     slos: tuple[SloConfig, ...] = ()
     slo_period_seconds: float = 30 * 86400.0
     saturation_kv_usage: float = 0.90
+    # Requests waiting at or above which a replica counts as saturated (`plimsoll loadtest` measures it at the
+    # knee); None: not set, only KV usage judges saturation.
+    saturation_queue: float | None = None
     lead_time_seconds: float = 900.0
     nvml: bool = True
     source: str = "<defaults>"
@@ -313,6 +316,13 @@ def _ratio(value: Any) -> float:
     if not 0 < number <= 1:
         hint = f" (did you mean {number / 100:g}?)" if 1 < number <= 100 else ""
         raise ValueError(f"{value} is not a ratio between 0 and 1{hint}")
+    return number
+
+
+def _request_count(value: Any) -> float:
+    number = _number(value, "a number of requests")
+    if number < 0:
+        raise ValueError(f"{_shown(value)} is not a number of requests (0 or more)")
     return number
 
 
@@ -642,7 +652,7 @@ def check_config(text: str, source: str, environ: Mapping[str, str] | None = Non
     data = r.mapping(raw, "(top level)")
     r.unknown(data, "", _TOP_FIELDS)
     saturation = r.mapping(data.get("saturation"), "saturation")
-    r.unknown(saturation, "saturation", ("kv_usage", "lead_time"))
+    r.unknown(saturation, "saturation", ("kv_usage", "queue", "lead_time"))
     discovery = r.mapping(data.get("discovery"), "discovery")
     r.unknown(discovery, "discovery", ("files", "kubernetes", "scan_local_ports"))
     files = r.strings(discovery, "files", "discovery.", "a list of file paths (Prometheus file_sd format)")
@@ -663,6 +673,7 @@ def check_config(text: str, source: str, environ: Mapping[str, str] | None = Non
         slos=_slos(r, data.get("slos")),
         slo_period_seconds=r.convert(data, "slo_period", "", validate_duration, 30 * 86400.0),
         saturation_kv_usage=r.convert(saturation, "kv_usage", "saturation.", _ratio, 0.90),
+        saturation_queue=r.convert(saturation, "queue", "saturation.", _request_count, None),
         lead_time_seconds=r.convert(saturation, "lead_time", "saturation.", validate_duration, 900.0),
         nvml=r.convert(data, "nvml", "", validate_boolean, True),
         source=source,
