@@ -110,8 +110,8 @@ class Config:
     slos: tuple[SloConfig, ...] = ()
     slo_period_seconds: float = 30 * 86400.0
     saturation_kv_usage: float = 0.90
-    # Requests waiting at or above which a replica counts as saturated (`plimsoll loadtest` measures it at the
-    # knee); None: not set, only KV usage judges saturation.
+    # More requests waiting than this count as saturated (the Saturated alert); `plimsoll loadtest` measures it
+    # at the knee. None: any request waiting counts.
     saturation_queue: float | None = None
     lead_time_seconds: float = 900.0
     nvml: bool = True

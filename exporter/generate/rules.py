@@ -187,6 +187,9 @@ def _capacity_group(config: Config) -> dict[str, Any]:
     horizon = lead + SATURATION_AHEAD_FOR_SECONDS
     gate = SATURATION_GATE_FRACTION * threshold
     t, h, g = _number(threshold), _number(horizon), _number(gate)
+    # Unset, any request waiting counts; a queue calibrated by `plimsoll loadtest` is the depth the engine still
+    # met its SLOs at.
+    queue = _number(config.saturation_queue or 0)
     trend = duration(SATURATION_TREND_WINDOW_SECONDS)
     ahead = _alert(
         "PlimsollKVCacheSaturationAhead",
@@ -212,7 +215,7 @@ def _capacity_group(config: Config) -> dict[str, Any]:
             f"plimsoll_kv_cache_usage_ratio >= {t}\n"
             "and\n"
             "(\n"
-            "  plimsoll_requests_waiting > 0\n"
+            f"  plimsoll_requests_waiting > {queue}\n"
             "  or\n"
             "  increase(plimsoll_preemptions_total[5m]) > 0\n"
             ")\n"
