@@ -1,0 +1,243 @@
+"""One streamed request to an OpenAI-compatible server, measured as the client sees it.
+
+TTFT is the time to the first chunk that carries text, each ITL gap the time between two such chunks, and the
+token counts are the server's own `usage` (asked for with `stream_options.include_usage`), so no tokenizer is
+needed. Whatever goes wrong becomes the record's `error`; `send` never raises for what the server does.
+"""
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from exporter.loadtest.measure import RequestRecord
+
+ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+# A chat message as the API takes it: {"role": ..., "content": ...}.
+Message = Mapping[str, str]
+Prompt = str | tuple[Message, ...]
+
+# An error body is read only this far: enough for the server's message, never a whole page.
+_ERROR_BODY_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    kind: str  # "completions" | "chat"
+    url: str  # the full URL requests are POSTed to
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # credentials: never shown
+
+    @classmethod
+    def at(cls, base_url: str, kind: str, headers: Mapping[str, str] | None = None) -> "Endpoint":
+        return cls(kind, base_url.rstrip("/") + ENDPOINT_PATHS[kind], headers or {})
+
+
+@dataclass(frozen=True)
+class Limits:
+    total_seconds: float  # the whole request, first byte to last
+    stall_seconds: float  # the longest wait for the next line of the stream
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a request failed: `reason` short, for grouping ("http 404"); `detail` the server's own words, if any."""
+
+    reason: str
+    detail: str = ""
+
+
+def request_body(endpoint: Endpoint, model: str, prompt: Prompt, max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if endpoint.kind == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    else:
+        body["prompt"] = prompt if isinstance(prompt, str) else "\n".join(m.get("content", "") for m in prompt)
+    if ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+class _Stream:
+    """What the chunks of one stream said so far."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.last_text_at: float | None = None
+        self.ttft: float | None = None
+        self.gaps: list[float] = []
+        self.prompt_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.done = False
+
+    def chunk(self, kind: str, payload: Any, now: float) -> Failure | None:
+        if not isinstance(payload, dict):
+            return Failure("bad response: a chunk is not a JSON object")
+        if "error" in payload:
+            error = payload["error"]
+            message = error.get("message", "") if isinstance(error, dict) else str(error)
+            return Failure("bad response: error in stream", str(message)[:200])
+        usage = payload.get("usage")
+        if isinstance(usage, dict):
+            self.prompt_tokens = _count(usage.get("prompt_tokens"))
+            self.output_tokens = _count(usage.get("completion_tokens"))
+        if _has_text(kind, payload.get("choices")):
+            if self.last_text_at is None:
+                self.ttft = now - self.started
+            else:
+                self.gaps.append(now - self.last_text_at)
+            self.last_text_at = now
+        return None
+
+    def record(self, sent_at: float, now: float, failure: Failure | None) -> RequestRecord:
+        return RequestRecord(
+            sent_at=sent_at,
+            ttft_seconds=self.ttft,
+            itl_seconds=tuple(self.gaps),
+            e2e_seconds=None if failure else now - self.started,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=self.output_tokens,
+            error=failure.reason if failure else None,
+        )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _has_text(kind: str, choices: Any) -> bool:
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        if kind == "chat":
+            delta = choice.get("delta")
+            # Reasoning models stream their thinking first; it is generated tokens all the same.
+            if isinstance(delta, dict) and (delta.get("content") or delta.get("reasoning_content")):
+                return True
+        elif choice.get("text"):
+            return True
+    return False
+
+
+async def send(
+    session: aiohttp.ClientSession,
+    endpoint: Endpoint,
+    model: str,
+    prompt: Prompt,
+    max_tokens: int,
+    limits: Limits,
+    *,
+    sent_at: float = 0.0,
+    ignore_eos: bool = False,
+    clock: Callable[[], float] = time.monotonic,
+) -> RequestRecord:
+    """Send one streamed request and measure it; `sent_at` is stored as given (the caller's step clock)."""
+    record, _ = await send_explained(
+        session, endpoint, model, prompt, max_tokens, limits, sent_at=sent_at, ignore_eos=ignore_eos, clock=clock
+    )
+    return record
+
+
+async def send_explained(
+    session: aiohttp.ClientSession,
+    endpoint: Endpoint,
+    model: str,
+    prompt: Prompt,
+    max_tokens: int,
+    limits: Limits,
+    *,
+    sent_at: float = 0.0,
+    ignore_eos: bool = False,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[RequestRecord, Failure | None]:
+    """`send`, also returning the failure with the server's own words (the preflight check explains them)."""
+    stream = _Stream(clock())
+    body = request_body(endpoint, model, prompt, max_tokens, ignore_eos)
+    try:
+        async with asyncio.timeout(limits.total_seconds):
+            failure = await _exchange(session, endpoint, body, limits, stream, clock)
+    except TimeoutError:
+        failure = Failure("timeout", f"no complete answer within {limits.total_seconds:g}s")
+    except aiohttp.ClientConnectorError as error:
+        refused = isinstance(error.os_error, ConnectionRefusedError)
+        failure = Failure("connection refused" if refused else "cannot connect", str(error.os_error))
+    except (aiohttp.ClientError, OSError) as error:
+        failure = Failure("connection lost", f"{type(error).__name__}: {error}")
+    return stream.record(sent_at, clock(), failure), failure
+
+
+async def _exchange(
+    session: aiohttp.ClientSession,
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    limits: Limits,
+    stream: _Stream,
+    clock: Callable[[], float],
+) -> Failure | None:
+    async with session.post(endpoint.url, json=body, headers=endpoint.headers) as response:
+        if response.status != 200:
+            return Failure(f"http {response.status}", await _error_message(response))
+        if "json" in response.headers.get("Content-Type", ""):
+            return Failure("not streaming", "the server answered one JSON body, not an event stream")
+        while True:
+            # Before the first token the request may be queued, which is latency, not a stall: only the total
+            # timeout bounds that wait.
+            stall = limits.stall_seconds if stream.last_text_at is not None else None
+            try:
+                line = await asyncio.wait_for(response.content.readline(), stall)
+            except TimeoutError:
+                return Failure("stalled", f"nothing streamed for {limits.stall_seconds:g}s")
+            except ValueError:  # aiohttp's bound on one line
+                return Failure("bad response: a line too long")
+            if not line:
+                if stream.done:
+                    return None
+                return Failure("bad response: stream ended before [DONE]")
+            text = line.decode("utf-8", errors="replace").strip()
+            if not text or text.startswith(":"):
+                continue
+            if not text.startswith("data:"):
+                if text.startswith(("event:", "id:", "retry:")):
+                    continue
+                return Failure("not streaming", "the body is not server-sent events (no `data:` lines)")
+            data = text[len("data:") :].strip()
+            if data == "[DONE]":
+                stream.done = True
+                continue
+            try:
+                payload = json.loads(data)
+            except ValueError:
+                return Failure("bad response: a chunk is not JSON", data[:200])
+            failure = stream.chunk(endpoint.kind, payload, clock())
+            if failure is not None:
+                return failure
+
+
+async def _error_message(response: aiohttp.ClientResponse) -> str:
+    """The server's message from an error body ({"error": {"message"}} or {"detail"}), else its first bytes."""
+    raw = await response.content.read(_ERROR_BODY_BYTES)
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return text.strip()[:200]
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:200]
+        if isinstance(error, str):
+            return error[:200]
+        if payload.get("message") or payload.get("detail"):
+            return str(payload.get("message") or payload.get("detail"))[:200]
+    return text.strip()[:200]

@@ -1,0 +1,150 @@
+"""A small OpenAI-compatible streaming server for unit tests, on 127.0.0.1, told how to behave.
+
+It streams one word per token at a set pace after a set first-token delay, reports usage in its last chunk,
+records how many requests it held at once, and can stall mid-stream, answer errors, answer without streaming,
+demand a key, or serve a recorded /metrics page.
+"""
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Behaviour:
+    ttft_seconds: float = 0.0
+    itl_seconds: float = 0.0
+    models: tuple[str, ...] = ("fake-model",)
+    stream: bool = True
+    stall_after_tokens: int | None = None  # stop sending (without closing) after this many tokens
+    error_status: int | None = None  # answer every completion request with this status
+    error_every: int | None = None  # answer every Nth completion request with 503
+    api_key: str | None = None  # required as a bearer token when set
+    metrics_page: str | None = None  # None: /metrics is 404
+    usage: bool = True
+    has_chat: bool = True
+
+
+@dataclass
+class Observed:
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    requests: int = 0
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    metrics_reads: int = 0
+    authorization: list[str | None] = field(default_factory=list)
+
+
+class FakeOpenAI:
+    def __init__(self, behaviour: Behaviour) -> None:
+        self.behaviour = behaviour
+        self.observed = Observed()
+        self.url = ""
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/completions", self._completions)
+        if self.behaviour.has_chat:
+            app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_get("/metrics", self._metrics)
+        return app
+
+    def _authorised(self, request: web.Request) -> bool:
+        self.observed.authorization.append(request.headers.get("Authorization"))
+        wanted = self.behaviour.api_key
+        return wanted is None or request.headers.get("Authorization") == f"Bearer {wanted}"
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if not self._authorised(request):
+            return web.json_response({"error": {"message": "unauthorised"}}, status=401)
+        return web.json_response(
+            {"object": "list", "data": [{"id": m, "object": "model"} for m in self.behaviour.models]}
+        )
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self.observed.metrics_reads += 1
+        if self.behaviour.metrics_page is None:
+            raise web.HTTPNotFound()
+        return web.Response(text=self.behaviour.metrics_page, content_type="text/plain")
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        self.observed.in_flight += 1
+        self.observed.peak_in_flight = max(self.observed.peak_in_flight, self.observed.in_flight)
+        try:
+            return await self._answer(request)
+        finally:
+            self.observed.in_flight -= 1
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
+        behaviour = self.behaviour
+        body = await request.json()
+        self.observed.requests += 1
+        self.observed.bodies.append(body)
+        if not self._authorised(request):
+            return web.json_response({"error": {"message": "unauthorised"}}, status=401)
+        if body.get("model") not in behaviour.models:
+            message = f"The model `{body.get('model')}` does not exist."
+            return web.json_response({"error": {"message": message}}, status=404)
+        if behaviour.error_status is not None:
+            return web.json_response({"error": {"message": "told to fail"}}, status=behaviour.error_status)
+        if behaviour.error_every and self.observed.requests % behaviour.error_every == 0:
+            return web.json_response({"error": {"message": "overloaded"}}, status=503)
+        chat = request.path.endswith("/chat/completions")
+        prompt = body["messages"][-1]["content"] if chat else body["prompt"]
+        prompt_tokens = len(prompt.split())
+        tokens = int(body["max_tokens"])
+        if not behaviour.stream:
+            text = " ".join("tok" for _ in range(tokens))
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": tokens}
+            return web.json_response({"choices": [{"text": text}], "usage": usage})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await asyncio.sleep(behaviour.ttft_seconds)
+        for index in range(tokens):
+            if behaviour.stall_after_tokens is not None and index >= behaviour.stall_after_tokens:
+                await asyncio.sleep(3600)
+            if index:
+                await asyncio.sleep(behaviour.itl_seconds)
+            choice = {"delta": {"content": " tok"}} if chat else {"text": " tok"}
+            await _event(response, {"choices": [choice]})
+        if behaviour.usage:
+            await _event(
+                response, {"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens}}
+            )
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+async def _event(response: web.StreamResponse, payload: dict[str, Any]) -> None:
+    await response.write(f"data: {json.dumps(payload)}\n\n".encode())
+
+
+@asynccontextmanager
+async def serving(behaviour: Behaviour) -> AsyncIterator[FakeOpenAI]:
+    """The fake server on a free loopback port for the duration of the block; always shut down."""
+    fake = FakeOpenAI(behaviour)
+    runner = web.AppRunner(fake.app(), shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    fake.url = f"http://127.0.0.1:{port}"
+    try:
+        yield fake
+    finally:
+        await runner.cleanup()
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

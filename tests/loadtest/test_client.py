@@ -1,0 +1,87 @@
+"""The client's measurements and error reasons, against the fake server over loopback."""
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from exporter.loadtest.client import Endpoint, Limits, send
+from exporter.loadtest.measure import RequestRecord
+from tests.loadtest.fake_openai import Behaviour, closed_port, serving
+
+LIMITS = Limits(total_seconds=10.0, stall_seconds=2.0)
+
+
+def _send(
+    behaviour: Behaviour, kind: str = "completions", limits: Limits = LIMITS, max_tokens: int = 5
+) -> RequestRecord:
+    async def go() -> RequestRecord:
+        async with serving(behaviour) as fake, aiohttp.ClientSession() as session:
+            return await send(session, Endpoint.at(fake.url, kind), "fake-model", "one two three", max_tokens, limits)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("kind", ["completions", "chat"])
+def test_ttft_itl_and_e2e_match_what_the_server_was_told(kind: str) -> None:
+    record = _send(Behaviour(ttft_seconds=0.2, itl_seconds=0.05), kind, max_tokens=6)
+    assert record.error is None
+    assert record.ttft_seconds == pytest.approx(0.2, abs=0.08)
+    assert len(record.itl_seconds) == 5
+    assert record.mean_itl_seconds == pytest.approx(0.05, abs=0.02)
+    assert record.e2e_seconds == pytest.approx(0.2 + 5 * 0.05, abs=0.1)
+
+
+def test_tokens_are_counted_from_the_servers_usage() -> None:
+    record = _send(Behaviour(), max_tokens=7)
+    assert (record.prompt_tokens, record.output_tokens) == (3, 7)
+
+
+def test_a_server_without_usage_leaves_the_counts_unknown() -> None:
+    record = _send(Behaviour(usage=False))
+    assert record.error is None
+    assert (record.prompt_tokens, record.output_tokens) == (None, None)
+
+
+def test_a_stalled_stream_is_cut_at_the_stall_timeout() -> None:
+    limits = Limits(total_seconds=30.0, stall_seconds=0.3)
+    record = _send(Behaviour(stall_after_tokens=2), limits=limits)
+    assert record.error == "stalled"
+    assert record.e2e_seconds is None
+    assert record.ttft_seconds is not None
+
+
+def test_a_request_longer_than_its_timeout_is_a_timeout() -> None:
+    record = _send(Behaviour(ttft_seconds=5.0), limits=Limits(total_seconds=0.3, stall_seconds=0.2))
+    assert record.error == "timeout"
+    assert record.ttft_seconds is None
+
+
+def test_http_errors_are_recorded_with_their_status() -> None:
+    assert _send(Behaviour(error_status=503)).error == "http 503"
+
+
+def test_a_json_answer_to_a_streaming_request_is_not_streaming() -> None:
+    assert _send(Behaviour(stream=False)).error == "not streaming"
+
+
+def test_a_closed_port_is_connection_refused() -> None:
+    async def go() -> RequestRecord:
+        async with aiohttp.ClientSession() as session:
+            endpoint = Endpoint.at(f"http://127.0.0.1:{closed_port()}", "completions")
+            return await send(session, endpoint, "m", "p", 3, LIMITS)
+
+    assert asyncio.run(go()).error == "connection refused"
+
+
+def test_the_request_asks_for_usage_and_ignores_eos_only_when_told() -> None:
+    async def go(ignore_eos: bool) -> dict:
+        async with serving(Behaviour()) as fake, aiohttp.ClientSession() as session:
+            endpoint = Endpoint.at(fake.url, "completions")
+            await send(session, endpoint, "fake-model", "a b", 2, LIMITS, ignore_eos=ignore_eos)
+            return fake.observed.bodies[0]
+
+    plain, forced = asyncio.run(go(False)), asyncio.run(go(True))
+    assert plain["stream_options"] == {"include_usage": True}
+    assert "ignore_eos" not in plain
+    assert forced["ignore_eos"] is True

