@@ -1,0 +1,127 @@
+"""The knee search over simulated engines whose true knee is known by brute force, and over scripted steps."""
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+
+from exporter.loadtest.judge import StepSummary, summarize
+from exporter.loadtest.measure import SloSpec, StepRun
+from exporter.loadtest.search import Search, find_knee
+from tests.loadtest.simulated import SimulatedEngine, SimulatedWorkload, brute_force_knee, step_runner
+
+TOLERANCE = 0.1
+MAX_CONCURRENCY = 64
+DURATION, WARMUP = 10.0, 2.0
+WORKLOAD = SimulatedWorkload(prompt_tokens=256, output_tokens=64, spread=0.2, seed=7)
+
+# Each shape is limited by one thing, the others far away.
+SHAPES: dict[str, tuple[SimulatedEngine, SloSpec, str]] = {
+    # ITL grows with the batch: 20 ms + 1 ms per request breaks a 60 ms objective near 40 requests.
+    "slo-limited": (
+        SimulatedEngine(itl_base_seconds=0.02, itl_per_request_seconds=0.001),
+        SloSpec(ttft_seconds=1.0, itl_seconds=0.06, objective=0.99),
+        "slo:itl",
+    ),
+    # 400 blocks of 16 tokens hold about 20 requests of 320 tokens: past that, requests queue and are preempted.
+    "kv-limited": (
+        SimulatedEngine(kv_blocks=400, itl_base_seconds=0.02),
+        SloSpec(ttft_seconds=0.5, itl_seconds=0.06, objective=0.99),
+        "kv_cache",
+    ),
+    # 16 slots and 8 places in the queue: a 25th concurrent request is refused.
+    "error-limited": (
+        SimulatedEngine(itl_base_seconds=0.02, max_batch=16, queue_bound=8),
+        SloSpec(ttft_seconds=10.0, itl_seconds=0.06, objective=0.99),
+        "errors",
+    ),
+}
+
+
+def search(engine: SimulatedEngine, slos: SloSpec, max_concurrency: int = MAX_CONCURRENCY) -> Search:
+    return asyncio.run(find_knee(step_runner(engine, WORKLOAD, slos, DURATION, WARMUP), max_concurrency, TOLERANCE))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_knee_found_is_the_true_knee_within_the_tolerance(shape: str) -> None:
+    engine, slos, _ = SHAPES[shape]
+    true_knee, passed = brute_force_knee(engine, WORKLOAD, slos, MAX_CONCURRENCY, DURATION, WARMUP)
+    assert passed == tuple(sorted(passed, reverse=True)), "the simulated shape should pass monotonically"
+    assert true_knee is not None and true_knee < MAX_CONCURRENCY
+    found = search(engine, slos)
+    assert found.knee is not None
+    assert abs(found.knee.concurrency - true_knee) <= max(1, TOLERANCE * true_knee)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_limited_by_names_what_the_simulated_engine_ran_out_of(shape: str) -> None:
+    engine, slos, limit = SHAPES[shape]
+    assert search(engine, slos).limited_by == limit
+
+
+def test_a_lagging_load_generator_is_reported_as_the_limit_not_the_server() -> None:
+    engine, slos, _ = SHAPES["kv-limited"]
+    found = search(dataclasses.replace(engine, client_lag_seconds=0.08), slos)
+    assert found.limited_by == "client"
+    assert "80 ms" in found.reason
+
+
+def test_doubling_then_bisection_never_runs_a_concurrency_twice() -> None:
+    engine, slos, _ = SHAPES["slo-limited"]
+    ran = [step.concurrency for step in search(engine, slos).steps]
+    assert ran[:7] == [1, 2, 4, 8, 16, 32, 64]
+    assert len(ran) == len(set(ran))
+
+
+def test_a_server_that_never_fails_is_limited_by_the_maximum_concurrency_tried_last() -> None:
+    engine, slos, _ = SHAPES["slo-limited"]
+    found = search(engine, slos, max_concurrency=20)
+    assert [step.concurrency for step in found.steps] == [1, 2, 4, 8, 16, 20]
+    assert found.knee is not None and found.knee.concurrency == 20
+    assert found.limited_by == "max_concurrency"
+
+
+def scripted(knee: int, interrupt_at: int | None = None) -> Callable[[int], StepSummary]:
+    """Steps that pass up to `knee`, fail above, and are interrupted at `interrupt_at`."""
+    slos = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.9)
+
+    def run(concurrency: int) -> StepSummary:
+        run = StepRun(concurrency, 10.0, (), (), "unreachable", 0.001, None, interrupted=concurrency == interrupt_at)
+        return dataclasses.replace(summarize(run, slos), passed=concurrency <= knee)
+
+    return run
+
+
+def run_scripted(knee: int, max_concurrency: int, interrupt_at: int | None = None) -> Search:
+    steps = scripted(knee, interrupt_at)
+
+    async def run_step(concurrency: int) -> StepSummary:
+        return steps(concurrency)
+
+    return asyncio.run(find_knee(run_step, max_concurrency, TOLERANCE))
+
+
+def test_bisection_stops_within_the_tolerance_of_the_knee() -> None:
+    found = run_scripted(knee=300, max_concurrency=512)
+    assert found.knee is not None
+    assert 300 - found.knee.concurrency <= 0.1 * found.knee.concurrency
+    assert [step.concurrency for step in found.steps][:10] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+
+
+def test_no_knee_when_concurrency_one_fails() -> None:
+    found = run_scripted(knee=0, max_concurrency=512)
+    assert found.knee is None
+    assert [step.concurrency for step in found.steps] == [1]
+
+
+def test_an_interrupted_step_ends_the_search_keeping_the_knee_so_far() -> None:
+    found = run_scripted(knee=300, max_concurrency=512, interrupt_at=64)
+    assert [step.concurrency for step in found.steps] == [1, 2, 4, 8, 16, 32, 64]
+    assert found.knee is not None and found.knee.concurrency == 32
+    assert found.limited_by == "none"
+
+
+def test_a_maximum_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        run_scripted(knee=3, max_concurrency=0)

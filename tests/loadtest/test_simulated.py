@@ -1,0 +1,58 @@
+"""The simulated engine behaves as its parameters say, so the search tests built on it mean something."""
+
+from collections import Counter
+
+import pytest
+
+from exporter.loadtest.judge import min_requests
+from exporter.loadtest.measure import SloSpec
+from tests.loadtest.simulated import SimulatedEngine, SimulatedWorkload, simulated_step
+
+FIXED = SimulatedWorkload(prompt_tokens=64, output_tokens=32)
+
+
+def test_inter_token_latency_is_the_base_plus_the_per_request_cost_of_the_batch() -> None:
+    engine = SimulatedEngine(itl_base_seconds=0.02, itl_per_request_seconds=0.001, prefill_seconds_per_token=0.0)
+    run = simulated_step(engine, 8, FIXED, duration=5.0, warmup=1.0)
+    gaps = Counter(round(gap, 9) for record in run.requests for gap in record.itl_seconds)
+    # A full batch of 8 while the window is open; smaller ones only as the last requests drain after it.
+    assert gaps.most_common(1)[0][0] == 0.028
+    assert set(gaps) <= {round(0.02 + 0.001 * batch, 9) for batch in range(1, 9)}
+
+
+def test_requests_sent_during_the_warm_up_are_discarded() -> None:
+    run = simulated_step(SimulatedEngine(), 4, FIXED, duration=3.0, warmup=2.0)
+    assert run.requests
+    assert min(record.sent_at for record in run.requests) >= 0.0
+    assert run.duration_seconds == pytest.approx(3.0)
+
+
+def test_a_small_kv_pool_fills_and_preempts_instead_of_growing_the_batch() -> None:
+    # 40 blocks of 16 tokens: 6 requests of 96 tokens each.
+    run = simulated_step(SimulatedEngine(kv_blocks=40), 16, FIXED, duration=5.0, warmup=1.0)
+    assert max(sample.kv_cache_usage_ratio or 0 for sample in run.engine) >= 0.95
+    assert max(sample.requests_running or 0 for sample in run.engine) <= 7
+    assert max(sample.requests_waiting or 0 for sample in run.engine) >= 9
+    assert run.engine[-1].preemptions_total
+
+
+def test_past_the_queue_bound_new_requests_are_refused() -> None:
+    run = simulated_step(SimulatedEngine(max_batch=4, queue_bound=2), 10, FIXED, duration=3.0, warmup=1.0)
+    errors = {record.error for record in run.requests}
+    assert errors == {None, "http 503"}
+    assert max(sample.requests_waiting or 0 for sample in run.engine) <= 2
+
+
+def test_a_certainly_failing_step_ends_early_and_says_why() -> None:
+    slos = SloSpec(ttft_seconds=0.001, itl_seconds=None, objective=0.99)
+    run = simulated_step(SimulatedEngine(), 4, FIXED, duration=30.0, slos=slos, warmup=1.0)
+    assert run.ended_early is not None and "certainly failing" in run.ended_early
+    assert run.duration_seconds < 5.0
+
+
+def test_an_unsure_step_is_extended_up_to_twice_its_duration() -> None:
+    slos = SloSpec(ttft_seconds=1.0, itl_seconds=None, objective=0.99)
+    # One request at a time, about 0.4 s each: 10 s holds 25 requests, far from the 300 a pass needs.
+    run = simulated_step(SimulatedEngine(), 1, FIXED, duration=10.0, slos=slos, warmup=1.0)
+    assert len(run.requests) < min_requests(0.99)
+    assert run.duration_seconds == pytest.approx(20.0)
