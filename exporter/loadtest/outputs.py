@@ -1,0 +1,163 @@
+"""What a load test leaves in its output directory: result.json (the stable contract), report.html and
+thresholds.yaml, all derived from one `RunResult` and each written atomically.
+
+result.json is the single derivation: the report renders that document, so the two never disagree, and a report
+can be drawn again from a saved result.json.
+"""
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from exporter.loadtest import report
+from exporter.loadtest.files import write_atomically
+from exporter.loadtest.judge import StepSummary
+from exporter.loadtest.measure import SloSpec
+from exporter.loadtest.model import ModelPrediction
+from exporter.loadtest.search import Search
+from exporter.loadtest.thresholds import Thresholds, derive_thresholds, render_thresholds_yaml
+
+RESULT_VERSION = 1
+RESULT_FILE = "result.json"
+REPORT_FILE = "report.html"
+THRESHOLDS_FILE = "thresholds.yaml"
+# The issue's contract for result.json's `knee`: the fields a person or a script reads first.
+KNEE_FIELDS = (
+    "concurrency",
+    "request_rate",
+    "output_tokens_per_second",
+    "kv_cache_usage_ratio",
+    "requests_waiting",
+    "ttft_p99_seconds",
+    "itl_p99_seconds",
+    "slo_attainment",
+)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How the run was asked for: what result.json and the report say about it, next to what it measured."""
+
+    target: str | None  # the config's target name, where --config named one
+    endpoint: str  # the URL the requests went to, e.g. http://127.0.0.1:8000/v1/completions
+    model: str  # the served model name sent with each request
+    started_at: str  # ISO 8601, UTC
+    slos: SloSpec
+    workload: Mapping[str, Any]  # exporter.loadtest.workload.describe()
+    max_concurrency: int
+    tolerance: float
+    margin: float  # below the knee's KV usage, for the threshold
+    lead_time_seconds: float  # the config's saturation.lead_time, copied into thresholds.yaml
+
+
+@dataclass(frozen=True)
+class RunResult:
+    settings: RunSettings
+    search: Search
+    model_prediction: ModelPrediction | None
+    interrupted: bool  # Ctrl-C: the result holds what was measured before it
+    notes: tuple[str, ...]  # things a reader must know (metrics unreachable, a step left unsure, ...)
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return derive_thresholds(self.search.knee, self.settings.margin)
+
+
+@dataclass(frozen=True)
+class WrittenOutputs:
+    result: Path
+    report: Path
+    thresholds: Path | None  # None: nothing was measured to calibrate from (no knee, or no engine readings)
+
+
+def result_document(run: RunResult) -> dict[str, Any]:
+    """result.json's content: plain JSON values, keys in the documented order."""
+    settings, search, thresholds = run.settings, run.search, run.thresholds
+    knee = search.knee
+    return {
+        "version": RESULT_VERSION,
+        "target": settings.target,
+        "endpoint": settings.endpoint,
+        "model": settings.model,
+        "started_at": settings.started_at,
+        "slos": {
+            "ttft_seconds": settings.slos.ttft_seconds,
+            "itl_seconds": settings.slos.itl_seconds,
+            "objective": settings.slos.objective,
+        },
+        "workload": dict(settings.workload),
+        "search": {"max_concurrency": settings.max_concurrency, "tolerance": settings.tolerance},
+        "knee": None if knee is None else {name: getattr(knee, name) for name in KNEE_FIELDS},
+        "limited_by": search.limited_by,
+        "reason": search.reason,
+        "steps": [_step_document(step) for step in search.steps],
+        "model_prediction": None if run.model_prediction is None else run.model_prediction.to_dict(),
+        "thresholds": {
+            "kv_usage": thresholds.kv_usage,
+            "queue": thresholds.queue,
+            "margin": thresholds.margin,
+            "knee_concurrency": thresholds.knee_concurrency,
+        },
+        "interrupted": run.interrupted,
+        "notes": list(run.notes),
+    }
+
+
+def write_outputs(out_dir: Path, run: RunResult) -> WrittenOutputs:
+    """result.json, report.html and (where something was measured) thresholds.yaml; each file whole or not at all."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    document = result_document(run)
+    result_path, report_path = out_dir / RESULT_FILE, out_dir / REPORT_FILE
+    write_atomically(result_path, _json_text(document))
+    write_atomically(report_path, report.render_report(document))
+    fragment = run.thresholds.fragment()
+    thresholds_path = None
+    if fragment is not None:
+        thresholds_path = out_dir / THRESHOLDS_FILE
+        write_atomically(
+            thresholds_path, render_thresholds_yaml(fragment, run.settings.lead_time_seconds, _provenance(run))
+        )
+    return WrittenOutputs(result=result_path, report=report_path, thresholds=thresholds_path)
+
+
+def _step_document(step: StepSummary) -> dict[str, Any]:
+    document = {field.name: getattr(step, field.name) for field in fields(step) if field.name != "engine"}
+    document["engine"] = [asdict(sample) for sample in step.engine]
+    return document
+
+
+def _json_text(document: Mapping[str, Any]) -> str:
+    # allow_nan=False: a NaN would make the file unreadable to strict JSON parsers; the judge never produces one,
+    # and if it ever did, failing here is better than a contract file nobody can read.
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
+
+
+def _provenance(run: RunResult) -> list[str]:
+    settings, knee = run.settings, run.search.knee
+    slos = settings.slos
+    objectives = ", ".join(
+        f"{name} <= {value * 1000:g}ms"
+        for name, value in (("ttft", slos.ttft_seconds), ("itl", slos.itl_seconds))
+        if value is not None
+    )
+    lines = [
+        "Written by `plimsoll loadtest`: saturation thresholds measured at the knee. Merge the saturation block into",
+        "your Plimsoll config (or run loadtest with --config FILE --write), then run `plimsoll generate`.",
+        f"Endpoint {settings.endpoint}, model {settings.model}, started {settings.started_at}.",
+        f"SLOs: {objectives or 'none'} for {slos.objective:g} of requests.",
+    ]
+    if knee is not None:
+        kv = "no reading" if knee.kv_cache_usage_ratio is None else f"{knee.kv_cache_usage_ratio:.3f}"
+        waiting = "no reading" if knee.requests_waiting is None else f"{knee.requests_waiting:.2f}"
+        lines.append(
+            f"Knee: concurrency {knee.concurrency}; KV usage there (p90) {kv}, requests waiting (mean) {waiting}."
+        )
+    lines.append(
+        f"kv_usage = KV usage at the knee x (1 - {settings.margin:g}), kept within [0.5, 0.99]; "
+        "queue = requests waiting at the knee, rounded up."
+    )
+    if run.interrupted:
+        lines.append("The run was interrupted: the knee may be lower than the server's real one.")
+    return lines

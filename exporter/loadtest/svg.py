@@ -1,0 +1,172 @@
+"""Line charts as inline SVG text, drawn in Python so the report needs no script and no network.
+
+One chart shape serves every plot of the report: lines with point markers over a linear or log2 x axis, labelled
+axes with units, horizontal reference lines (an SLO, a threshold) and one vertical marker (the knee).
+"""
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from html import escape
+
+WIDTH, HEIGHT = 560, 300
+_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 34, 48
+_LEGEND_ROW = 16
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    points: tuple[tuple[float, float], ...]  # (x, y), drawn in this order
+    color: str
+    dashed: bool = False
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A horizontal line at a y value (an objective, an SLO, a threshold)."""
+
+    label: str
+    value: float
+    color: str
+
+
+@dataclass(frozen=True)
+class Axis:
+    label: str  # with its unit, e.g. "TTFT (ms)"
+    format_tick: Callable[[float], str]
+    log2: bool = False
+    minimum: float | None = None  # forced ends; else from the data and references
+    maximum: float | None = None
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A vertical line at an x value (the knee)."""
+
+    label: str
+    value: float
+    color: str
+
+
+def line_chart(
+    title: str,
+    x: Axis,
+    y: Axis,
+    series: Sequence[Series],
+    references: Sequence[Reference] = (),
+    marker: Marker | None = None,
+) -> str:
+    xs = [px for s in series for px, _ in s.points] + ([marker.value] if marker else [])
+    ys = [py for s in series for _, py in s.points] + [r.value for r in references]
+    x_low, x_high = _range(xs, x)
+    y_low, y_high = _range(ys, y)
+    legend_rows = math.ceil((len(series) + len(references) + (1 if marker else 0)) / 3)
+    height = HEIGHT + legend_rows * _LEGEND_ROW + 6
+    plot_bottom = HEIGHT - _BOTTOM
+
+    def sx(value: float) -> float:
+        if x.log2:
+            span = math.log2(x_high) - math.log2(x_low)
+            return _LEFT + (math.log2(value) - math.log2(x_low)) / span * (WIDTH - _LEFT - _RIGHT)
+        return _LEFT + (value - x_low) / (x_high - x_low) * (WIDTH - _LEFT - _RIGHT)
+
+    def sy(value: float) -> float:
+        return plot_bottom - (value - y_low) / (y_high - y_low) * (plot_bottom - _TOP)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
+        f'height="{height}" role="img" aria-label="{escape(title)}">',
+        f'<text class="title" x="{_LEFT}" y="20">{escape(title)}</text>',
+    ]
+    for tick in _ticks(y_low, y_high, log2=False):
+        ty = sy(tick)
+        parts.append(f'<line class="grid" x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}"/>')
+        parts.append(
+            f'<text class="tick" x="{_LEFT - 6}" y="{ty + 4:.1f}" text-anchor="end">{y.format_tick(tick)}</text>'
+        )
+    for tick in _ticks(x_low, x_high, log2=x.log2):
+        tx = sx(tick)
+        parts.append(f'<line class="axis" x1="{tx:.1f}" x2="{tx:.1f}" y1="{plot_bottom}" y2="{plot_bottom + 4}"/>')
+        parts.append(
+            f'<text class="tick" x="{tx:.1f}" y="{plot_bottom + 17}" text-anchor="middle">{x.format_tick(tick)}</text>'
+        )
+    parts.append(f'<line class="axis" x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{plot_bottom}" y2="{plot_bottom}"/>')
+    parts.append(f'<line class="axis" x1="{_LEFT}" x2="{_LEFT}" y1="{_TOP}" y2="{plot_bottom}"/>')
+    parts.append(
+        f'<text class="label" x="{(_LEFT + WIDTH - _RIGHT) / 2}" y="{plot_bottom + 36}" '
+        f'text-anchor="middle">{escape(x.label)}</text>'
+    )
+    middle = (_TOP + plot_bottom) / 2
+    parts.append(
+        f'<text class="label" x="14" y="{middle}" text-anchor="middle" '
+        f'transform="rotate(-90 14 {middle})">{escape(y.label)}</text>'
+    )
+    for reference in references:
+        ry = sy(reference.value)
+        parts.append(
+            f'<line class="reference" x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{ry:.1f}" y2="{ry:.1f}" '
+            f'stroke="{reference.color}"/>'
+        )
+    if marker is not None:
+        mx = sx(marker.value)
+        parts.append(
+            f'<line class="marker" x1="{mx:.1f}" x2="{mx:.1f}" y1="{_TOP}" y2="{plot_bottom}" stroke="{marker.color}"/>'
+        )
+    for s in series:
+        if not s.points:
+            continue
+        dash = ' stroke-dasharray="6 4"' if s.dashed else ""
+        path = " ".join(f"{sx(px):.1f},{sy(py):.1f}" for px, py in s.points)
+        parts.append(f'<polyline class="series" points="{path}" stroke="{s.color}"{dash}/>')
+        if len(s.points) <= 16:  # markers on sparse lines only: a time series would be a smear of dots
+            parts.extend(f'<circle cx="{sx(px):.1f}" cy="{sy(py):.1f}" r="3" fill="{s.color}"/>' for px, py in s.points)
+    parts.extend(_legend(series, references, marker, HEIGHT + 8))
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _legend(series: Sequence[Series], references: Sequence[Reference], marker: Marker | None, top: float) -> list[str]:
+    entries = [(s.label, s.color, "6 4" if s.dashed else "") for s in series]
+    entries += [(r.label, r.color, "3 3") for r in references]
+    if marker is not None:
+        entries.append((marker.label, marker.color, "2 3"))
+    parts = []
+    column_width = (WIDTH - _LEFT) / 3
+    for index, (label, color, dash) in enumerate(entries):
+        row, column = divmod(index, 3)
+        left = _LEFT + column * column_width
+        y = top + row * _LEGEND_ROW
+        dash_attribute = f' stroke-dasharray="{dash}"' if dash else ""
+        parts.append(
+            f'<line x1="{left:.1f}" x2="{left + 18:.1f}" y1="{y - 4}" y2="{y - 4}" stroke="{color}" '
+            f'stroke-width="2.5"{dash_attribute}/>'
+        )
+        parts.append(f'<text class="legend" x="{left + 24:.1f}" y="{y}">{escape(label)}</text>')
+    return parts
+
+
+def _range(values: Sequence[float], axis: Axis) -> tuple[float, float]:
+    low = axis.minimum if axis.minimum is not None else min(values, default=0.0)
+    high = axis.maximum if axis.maximum is not None else max(values, default=1.0)
+    if axis.log2:
+        low, high = max(low, 1.0), max(high, 1.0)
+        # One step (or every step at one concurrency) still gets an axis: half to double around it.
+        return (low / 2, high * 2) if low == high else (low, high)
+    if axis.minimum is None:
+        low = min(low, 0.0)  # quantities here are non-negative: a zero baseline keeps charts honest
+    if axis.maximum is None:
+        high = high + (high - low) * 0.08 or 1.0  # headroom above the highest point; a flat zero still gets 0..1
+    return low, high
+
+
+def _ticks(low: float, high: float, *, log2: bool) -> list[float]:
+    if log2:
+        first, last = math.ceil(math.log2(low)), math.floor(math.log2(high))
+        return [2.0**power for power in range(first, last + 1)]
+    raw = (high - low) / 5
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    start = math.ceil(low / step) * step
+    count = int((high - start) / step + 1e-9) + 1
+    return [start + i * step for i in range(count)]
