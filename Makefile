@@ -7,7 +7,7 @@ VLLM_VENV := .cache/vllm-venv
 VLLM_MODEL := .cache/tiny-llama
 PROM_TOOLS := .cache/prometheus-tools
 
-.PHONY: test lint unit integration vllm tools demo bench clean
+.PHONY: test lint unit integration vllm tools browser demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,12 @@ lint: $(STAMP)
 tools:
 	deploy/local/fetch-prometheus-tools.sh $(PROM_TOOLS) || [ $$? -eq 3 ]
 
-unit: $(STAMP) tools
+# Debian's chromium and chromium-driver, for the tests that look at the load-test report in a real browser. Exit 3:
+# this machine cannot install them (not root, no apt); those tests then skip and say why.
+browser:
+	deploy/local/install-browser.sh || [ $$? -eq 3 ]
+
+unit: $(STAMP) tools browser
 	$(BIN)/pytest -m "not integration"
 
 # vLLM's CPU build in its own venv (~3 min, 2.5 GB, once) and the tiny model; both return at once when done.
