@@ -313,9 +313,13 @@ async def _control(
     """Wait until the step should stop sending; return why it ended early, or None when it ran its course."""
     planned_end = step.measured_from + settings.step_seconds
     longest_end = step.measured_from + MAX_EXTENSION * settings.step_seconds
+    boundaries = (step.measured_from, planned_end, longest_end, run.deadline)
     while True:
+        now = clock()
+        # Wake at the next check, or sooner at a boundary, so a step lasts what it was told to the millisecond.
+        wake = min((b for b in boundaries if b > now), default=now)
         with suppress(TimeoutError):
-            await asyncio.wait_for(run.interrupted.wait(), CHECK_INTERVAL_SECONDS)
+            await asyncio.wait_for(run.interrupted.wait(), min(CHECK_INTERVAL_SECONDS, max(0.0, wake - now)))
         now = clock()
         if run.interrupted.is_set():
             return "interrupted (Ctrl-C)"

@@ -1,0 +1,108 @@
+"""Prompt and output lengths: fixed, drawn, or read from a trace."""
+
+import json
+import re
+from itertools import islice
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from exporter.loadtest.workload import (
+    Lengths,
+    SyntheticWorkload,
+    WorkloadError,
+    check_lengths,
+    describe,
+    load_trace,
+    requests,
+)
+
+
+def test_fixed_lengths_give_prompts_of_that_many_words_and_that_many_output_tokens() -> None:
+    drawn = list(islice(requests(SyntheticWorkload(Lengths(12), Lengths(5))), 20))
+    assert all(isinstance(r.prompt, str) and len(r.prompt.split()) == 12 for r in drawn)
+    assert {r.max_tokens for r in drawn} == {5}
+
+
+def test_prompts_differ_so_the_engine_cannot_serve_them_from_its_prefix_cache() -> None:
+    drawn = [r.prompt for r in islice(requests(SyntheticWorkload(Lengths(30), Lengths(5))), 50)]
+    assert len({str(p)[:40] for p in drawn}) == 50
+
+
+def test_the_same_seed_sends_the_same_sequence_and_another_seed_another() -> None:
+    workload = SyntheticWorkload(Lengths(20, spread=5), Lengths(10, spread=3), seed=7)
+    first = list(islice(requests(workload), 10))
+    assert first == list(islice(requests(workload), 10))
+    assert first != list(islice(requests(SyntheticWorkload(workload.prompt_tokens, workload.output_tokens, 8)), 10))
+
+
+@given(st.integers(1, 500), st.floats(0, 300), st.integers(1, 50), st.integers(0, 600), st.integers(0, 2**32))
+def test_drawn_lengths_stay_within_their_bounds(mean: int, spread: float, low: int, extra: int, seed: int) -> None:
+    lengths = Lengths(mean, spread, low, low + extra)
+    workload = SyntheticWorkload(lengths, lengths, seed)
+    for request in islice(requests(workload), 20):
+        assert low <= request.max_tokens <= low + extra
+
+
+def test_a_spread_scatters_lengths_around_the_mean() -> None:
+    drawn = [r.max_tokens for r in islice(requests(SyntheticWorkload(Lengths(5), Lengths(100, 20, 1, 1000))), 400)]
+    assert 95 <= sum(drawn) / len(drawn) <= 105
+    assert min(drawn) < 80 and max(drawn) > 120
+
+
+@pytest.mark.parametrize(
+    ("lengths", "problem"),
+    [(Lengths(0), "is not a length"), (Lengths(5, -1), "negative"), (Lengths(5, 1, 10, 3), "do not bound")],
+)
+def test_bad_lengths_name_the_flag(lengths: Lengths, problem: str) -> None:
+    with pytest.raises(WorkloadError, match=f"--prompt-tokens: .*{problem}"):
+        check_lengths("--prompt-tokens", lengths)
+
+
+def test_a_trace_is_read_and_replayed_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    records = [
+        {"prompt": "hello there", "max_tokens": 3},
+        {"messages": [{"role": "user", "content": "hi"}]},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n\n")
+    trace = load_trace(path, default_max_tokens=64)
+    assert trace.has_messages
+    sent = list(islice(requests(trace), 4))
+    assert [r.max_tokens for r in sent] == [3, 64, 3, 64]
+    assert sent[1].prompt == ({"role": "user", "content": "hi"},)
+    assert describe(trace) == {"kind": "trace", "source": str(path), "requests": 2}
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("{not json", "not JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"max_tokens": 3}', "neither prompt nor messages"),
+        ('{"prompt": "x", "max_tokens": 0}', "max_tokens 0 is not a whole number"),
+        ('{"prompt": ""}', "prompt must be a non-empty string"),
+        ('{"messages": [{"role": "user"}]}', r"messages\[0\] needs a string role and a string content"),
+    ],
+)
+def test_a_bad_trace_record_names_the_file_and_line(tmp_path: Path, line: str, problem: str) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text('{"prompt": "fine"}\n' + line + "\n")
+    with pytest.raises(WorkloadError, match=f"{re.escape(str(path))}:2: {problem}"):
+        load_trace(path, 16)
+
+
+def test_a_missing_or_empty_trace_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match=r"--dataset .*: cannot read it"):
+        load_trace(tmp_path / "absent.jsonl", 16)
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(WorkloadError, match="no records"):
+        load_trace(tmp_path / "empty.jsonl", 16)
+
+
+def test_a_synthetic_workload_is_described_for_the_result() -> None:
+    described = describe(SyntheticWorkload(Lengths(512), Lengths(128), seed=3))
+    assert described["kind"] == "synthetic"
+    assert described["prompt_tokens"]["mean"] == 512 and described["seed"] == 3
