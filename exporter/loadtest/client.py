@@ -24,6 +24,8 @@ Prompt = str | tuple[Message, ...]
 
 # An error body is read only this far: enough for the server's message, never a whole page.
 _ERROR_BODY_BYTES = 4096
+# One event line may be long (a chunk with logprobs), but not unbounded.
+_MAX_LINE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -190,38 +192,66 @@ async def _exchange(
             return Failure(f"http {response.status}", await _error_message(response))
         if "json" in response.headers.get("Content-Type", ""):
             return Failure("not streaming", "the server answered one JSON body, not an event stream")
-        while True:
-            # Before the first token the request may be queued, which is latency, not a stall: only the total
-            # timeout bounds that wait.
-            stall = limits.stall_seconds if stream.last_text_at is not None else None
-            try:
-                line = await asyncio.wait_for(response.content.readline(), stall)
-            except TimeoutError:
+        # One timer rescheduled per read, not a wait_for per line: at hundreds of streams a task per line is what
+        # would make the load generator, not the server, the bottleneck.
+        stall_timer = asyncio.timeout(None)
+        try:
+            async with stall_timer:
+                return await _read_events(response, endpoint.kind, limits, stream, stall_timer, clock)
+        except TimeoutError:
+            if stall_timer.expired():
                 return Failure("stalled", f"nothing streamed for {limits.stall_seconds:g}s")
-            except ValueError:  # aiohttp's bound on one line
-                return Failure("bad response: a line too long")
-            if not line:
-                if stream.done:
-                    return None
-                return Failure("bad response: stream ended before [DONE]")
-            text = line.decode("utf-8", errors="replace").strip()
-            if not text or text.startswith(":"):
-                continue
-            if not text.startswith("data:"):
-                if text.startswith(("event:", "id:", "retry:")):
-                    continue
-                return Failure("not streaming", "the body is not server-sent events (no `data:` lines)")
-            data = text[len("data:") :].strip()
-            if data == "[DONE]":
-                stream.done = True
-                continue
-            try:
-                payload = json.loads(data)
-            except ValueError:
-                return Failure("bad response: a chunk is not JSON", data[:200])
-            failure = stream.chunk(endpoint.kind, payload, clock())
+            raise
+
+
+async def _read_events(
+    response: aiohttp.ClientResponse,
+    kind: str,
+    limits: Limits,
+    stream: _Stream,
+    stall_timer: asyncio.Timeout,
+    clock: Callable[[], float],
+) -> Failure | None:
+    loop = asyncio.get_running_loop()
+    pending = b""
+    while True:
+        # Before the first token the request may be queued, which is latency, not a stall: only the total timeout
+        # bounds that wait.
+        if stream.last_text_at is not None:
+            stall_timer.reschedule(loop.time() + limits.stall_seconds)
+        received = await response.content.readany()
+        if not received:
+            if stream.done:
+                return None
+            return Failure("bad response: stream ended before [DONE]")
+        now = clock()
+        *lines, pending = (pending + received).split(b"\n")
+        if len(pending) > _MAX_LINE_BYTES:
+            return Failure("bad response: a line over 1 MiB")
+        for line in lines:
+            failure = _event_line(line, kind, stream, now)
             if failure is not None:
                 return failure
+
+
+def _event_line(line: bytes, kind: str, stream: _Stream, now: float) -> Failure | None:
+    line = line.strip()
+    if not line or line.startswith(b":"):  # every event ends with a blank line; ":" starts an SSE comment
+        return None
+    text = line.decode("utf-8", errors="replace")
+    if not text.startswith("data:"):
+        if text.startswith(("event:", "id:", "retry:")):
+            return None
+        return Failure("not streaming", "the body is not server-sent events (no `data:` lines)")
+    data = text[len("data:") :].strip()
+    if data == "[DONE]":
+        stream.done = True
+        return None
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return Failure("bad response: a chunk is not JSON", data[:200])
+    return stream.chunk(kind, payload, now)
 
 
 async def _error_message(response: aiohttp.ClientResponse) -> str:

@@ -29,6 +29,7 @@ class Behaviour:
     metrics_page: str | None = None  # None: /metrics is 404
     usage: bool = True
     has_chat: bool = True
+    raw_stream: bytes | None = None  # answer with exactly these bytes as an event stream (malformed streams)
 
 
 @dataclass
@@ -106,6 +107,10 @@ class FakeOpenAI:
             return web.json_response({"choices": [{"text": text}], "usage": usage})
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        if behaviour.raw_stream is not None:
+            await response.write(behaviour.raw_stream)
+            await response.write_eof()
+            return response
         await asyncio.sleep(behaviour.ttft_seconds)
         for index in range(tokens):
             if behaviour.stall_after_tokens is not None and index >= behaviour.stall_after_tokens:

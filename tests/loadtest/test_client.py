@@ -65,6 +65,25 @@ def test_a_json_answer_to_a_streaming_request_is_not_streaming() -> None:
     assert _send(Behaviour(stream=False)).error == "not streaming"
 
 
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (b'data: {"choices": [{"text": "a"}]}\n\n', "bad response: stream ended before [DONE]"),
+        (b"data: {oops\n\ndata: [DONE]\n\n", "bad response: a chunk is not JSON"),
+        (b'data: {"error": {"message": "engine died"}}\n\n', "bad response: error in stream"),
+        (b"hello, not events\n", "not streaming"),
+    ],
+)
+def test_malformed_streams_are_bad_responses(raw: bytes, error: str) -> None:
+    assert _send(Behaviour(raw_stream=raw)).error == error
+
+
+def test_sse_comments_and_event_fields_are_skipped() -> None:
+    raw = b': keep-alive\nevent: message\ndata: {"choices": [{"text": "a"}]}\n\ndata: [DONE]\n\n'
+    record = _send(Behaviour(raw_stream=raw))
+    assert record.error is None and record.ttft_seconds is not None
+
+
 def test_a_closed_port_is_connection_refused() -> None:
     async def go() -> RequestRecord:
         async with aiohttp.ClientSession() as session:
