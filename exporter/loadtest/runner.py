@@ -163,10 +163,14 @@ async def discover_model(
 async def preflight(session: aiohttp.ClientSession, settings: RunSettings) -> str:
     """Check that the server answers, accepts our credentials, serves the model, has the endpoint and streams,
     with one short request; return the served model. Every refusal is a LoadtestError saying what to do."""
-    models = await served_models(session, settings.url, settings.auth_headers)
-    model = settings.served_model or models[0]
-    if model not in models:
-        raise LoadtestError(f"--served-model {model!r} is not served at {settings.url}: it serves {', '.join(models)}")
+    model = settings.served_model
+    if model is None:
+        model = await discover_model(session, settings.url, settings.auth_headers)
+    else:
+        models = await served_models(session, settings.url, settings.auth_headers)
+        if model not in models:
+            served = ", ".join(models)
+            raise LoadtestError(f"--served-model {model!r} is not served at {settings.url}: it serves {served}")
     workload = settings.workload
     if settings.endpoint == "completions" and isinstance(workload, TraceWorkload) and workload.has_messages:
         raise LoadtestError(f"--dataset {workload.source} has chat messages: use --endpoint chat")
@@ -218,7 +222,7 @@ class _Step:
 
     measured_from: float
     records: list[RequestRecord] = field(default_factory=list)
-    last_done: float = 0.0
+    last_done: float = 0.0  # when the last measured request ended
     sending: bool = True
 
 
@@ -234,7 +238,6 @@ async def run_step(
     """Hold `concurrency` requests in flight for the warm-up and the step; see the module's docstring."""
     started = clock()
     step = _Step(measured_from=started + settings.warmup_seconds)
-    step.last_done = step.measured_from
     endpoint = settings.endpoint_at()
     work = requests(settings.workload)
     stop_watch = asyncio.Event()
@@ -278,6 +281,7 @@ async def run_step(
     try:
         ended_early = await _control(settings, run, step, stop_early, keep_going, clock)
         step.sending = False
+        step.last_done = max(step.last_done, clock())
         if ended_early is not None or run.interrupted.is_set():
             for task in workers:
                 task.cancel()

@@ -222,3 +222,17 @@ def test_the_model_defaults_to_the_first_the_server_lists() -> None:
 def test_a_chat_trace_on_the_completions_endpoint_is_refused() -> None:
     trace = TraceWorkload((WorkRequest(({"role": "user", "content": "hi"},), 4),), "t.jsonl")
     assert "use --endpoint chat" in _refusal(Behaviour(), workload=trace)
+
+
+def test_a_chat_trace_is_replayed_on_the_chat_endpoint() -> None:
+    trace = TraceWorkload(
+        (WorkRequest(({"role": "user", "content": "first one"},), 2), WorkRequest("second one", 3)), "t.jsonl"
+    )
+    step, fake = _step(Behaviour(), 1, endpoint="chat", workload=trace, warmup_seconds=0.0, step_seconds=0.3)
+    sent = fake.observed.bodies[1:]  # after the preflight request
+    assert [b["messages"] for b in sent[:2]] == [
+        [{"role": "user", "content": "first one"}],
+        [{"role": "user", "content": "second one"}],
+    ]
+    assert [b["max_tokens"] for b in sent[:2]] == [2, 3]
+    assert step.requests and all(r.error is None for r in step.requests)
