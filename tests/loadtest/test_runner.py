@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from exporter.loadtest.measure import RequestRecord, StepRun
-from exporter.loadtest.runner import LoadtestError, RunSettings, open_run, preflight, run_step
+from exporter.loadtest.runner import LoadtestError, RunSettings, api_key_from, open_run, preflight, run_step
 from exporter.loadtest.workload import Lengths, SyntheticWorkload, TraceWorkload, WorkRequest
 from tests.loadtest.fake_openai import Behaviour, FakeOpenAI, closed_port, serving
 
@@ -236,3 +236,35 @@ def test_a_chat_trace_is_replayed_on_the_chat_endpoint() -> None:
     ]
     assert [b["max_tokens"] for b in sent[:2]] == [2, 3]
     assert step.requests and all(r.error is None for r in step.requests)
+
+
+def test_a_server_that_stops_answering_mid_run_ends_the_step_within_step_plus_request_timeout() -> None:
+    async def go() -> tuple[StepRun, float]:
+        async with serving(Behaviour()) as fake:
+            settings = _settings(fake.url, warmup_seconds=0.0, request_timeout_seconds=0.5)
+            async with open_run(settings) as run:
+                fake.behaviour.ttft_seconds = 3600.0
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                step = await asyncio.wait_for(run_step(settings, 4, run), 10)
+                return step, loop.time() - started
+
+    step, wall = asyncio.run(go())
+    assert wall < 0.6 + 0.5 + 0.5
+    assert len(step.requests) >= 4 and {r.error for r in step.requests} == {"timeout"}
+
+
+def test_the_api_key_comes_from_its_file_before_the_environment(tmp_path: Path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text("from-file\n")
+    assert api_key_from({"PLIMSOLL_API_KEY": "from-env"}, str(key_file)) == "from-file"
+    assert api_key_from({"PLIMSOLL_API_KEY": "from-env"}, None) == "from-env"
+    assert api_key_from({}, None) is None
+
+
+def test_an_unreadable_or_empty_key_file_is_refused_without_showing_a_key(tmp_path: Path) -> None:
+    with pytest.raises(LoadtestError, match=r"--api-key-file .*absent: cannot read it"):
+        api_key_from({}, str(tmp_path / "absent"))
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(LoadtestError, match=r"--api-key-file .*empty: the file is empty"):
+        api_key_from({}, str(tmp_path / "empty"))
