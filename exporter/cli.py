@@ -40,7 +40,7 @@ from exporter.config import (
 )
 from exporter.plan_output import fleet_table, plan_table
 from exporter.target_model import model_problems
-from exporter.units import parse_size
+from exporter.units import parse_duration, parse_size
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -86,6 +86,13 @@ def _ratio(text: str) -> float:
 def _duration(text: str) -> float:
     try:
         return validate_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _duration_or_zero(text: str) -> float:
+    try:
+        return parse_duration(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -196,6 +203,17 @@ def _add_plan(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--list-models", action="store_true", help="list the model presets and exit")
     p.add_argument("--list-gpus", action="store_true", help="list the GPU presets and exit")
     p.add_argument("--gpu", default="H100-80GB", help="GPU preset, or 'any' with --concurrency to rank them")
+    _add_deployment_flags(p)
+    p.add_argument("--concurrency", type=_positive, help="inverse planning: requests in flight to hold")
+    p.add_argument("--prompt-tokens", type=_positive, help="with --concurrency: prompt tokens per request")
+    p.add_argument("--output-tokens", type=_positive, help="with --concurrency: output tokens per request")
+    p.add_argument("--context", type=_positive, help="with --concurrency: total tokens per request")
+    p.add_argument("--format", default="table", choices=["table", "json"], help="table for people, json for scripts")
+    p.set_defaults(handler=_plan)
+
+
+def _add_deployment_flags(p: argparse._ActionsContainer) -> None:
+    """The deployment the capacity model plans: `plan`'s flags, which `loadtest` shares for its comparison."""
     p.add_argument("--gpu-memory", type=_size, help="GPU memory instead of a preset (80GiB, 81920MiB, bytes)")
     p.add_argument("--tp", type=_positive, default=1, help="tensor-parallel size")
     p.add_argument("--pp", type=_positive, default=1, help="pipeline-parallel size")
@@ -219,12 +237,76 @@ def _add_plan(commands: argparse._SubParsersAction) -> None:
         type=_version,
         help="model an older vLLM (e.g. 0.10): defaults, CUDA-graph budgeting and token counting changed",
     )
-    p.add_argument("--concurrency", type=_positive, help="inverse planning: requests in flight to hold")
-    p.add_argument("--prompt-tokens", type=_positive, help="with --concurrency: prompt tokens per request")
-    p.add_argument("--output-tokens", type=_positive, help="with --concurrency: output tokens per request")
-    p.add_argument("--context", type=_positive, help="with --concurrency: total tokens per request")
+
+
+def _add_loadtest(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "loadtest",
+        help="find the knee: the highest concurrency at which the SLOs hold, and thresholds from it",
+        formatter_class=_Formatter,
+        description="Drives an OpenAI-compatible server (streaming) with closed-loop concurrency 1, 2, 4, ... then "
+        "bisection, judges each step by SLO attainment with a 95%% interval, reads the engine's /metrics while it "
+        "runs, and writes result.json, report.html and thresholds.yaml under --out. Exit 0 with a knee, 1 when "
+        "the run found none or could not run (the message says why), 2 for bad input, 130 after Ctrl-C (what was "
+        "measured is written). API key: PLIMSOLL_API_KEY or --api-key-file.",
+    )
+    _env_twin(p, "--url", "PLIMSOLL_LOADTEST_URL", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    _env_twin(p, "--slo", "PLIMSOLL_LOADTEST_SLO", help="thresholds, each with a unit: ttft=500ms,itl=50ms")
+    _env_twin(
+        p,
+        "--objective",
+        "PLIMSOLL_LOADTEST_OBJECTIVE",
+        type=float,
+        default=0.99,
+        help="share of requests within the SLOs",
+    )
+    workload = p.add_argument_group("workload (token counts are the server's own usage)")
+    for name, default in (("prompt", 512), ("output", 128)):
+        workload.add_argument(f"--{name}-tokens", type=_positive, default=default, help=f"mean {name} tokens")
+        workload.add_argument(
+            f"--{name}-tokens-spread", type=float, default=0.0, help="standard deviation (0: fixed length)"
+        )
+        workload.add_argument(f"--{name}-tokens-min", type=_positive, default=1, help="shortest drawn")
+        workload.add_argument(f"--{name}-tokens-max", type=_positive, help="longest drawn")
+    workload.add_argument(
+        "--dataset", metavar="FILE.jsonl", help="requests to replay: {prompt|messages, max_tokens} a line"
+    )
+    workload.add_argument("--ignore-eos", action="store_true", help="ask the server to generate every max token")
+    workload.add_argument("--seed", type=int, default=0, help="seed of the synthetic prompts and lengths")
+    server = p.add_argument_group("server")
+    server.add_argument("--endpoint", default="completions", choices=["completions", "chat"])
+    _env_twin(p, "--served-model", "PLIMSOLL_LOADTEST_SERVED_MODEL", help="default: the first of /v1/models")
+    _env_twin(p, "--metrics-url", "PLIMSOLL_LOADTEST_METRICS_URL", help="default: the server's /metrics")
+    server.add_argument("--api-key-file", metavar="FILE", help="a file holding the API key (bearer token)")
+    search = p.add_argument_group("search")
+    search.add_argument("--max-concurrency", type=_positive, default=512, help="the highest concurrency tried")
+    search.add_argument("--tolerance", type=float, default=0.1, help="bisection stops within this share of the knee")
+    search.add_argument("--step-duration", type=_duration, default="30s", help="measured part of each step")
+    search.add_argument(
+        "--warmup", type=_duration_or_zero, default="5s", help="discarded start of each step (0s: none)"
+    )
+    search.add_argument("--max-duration", type=_duration, default="15m", help="the whole run's time limit")
+    search.add_argument("--request-timeout", type=_duration, default="60s", help="one request's time limit")
+    search.add_argument("--stall-timeout", type=_duration, default="15s", help="longest silence mid-stream")
+    model = p.add_argument_group("capacity model (compared with the knee)")
+    model.add_argument("--model", help="preset name or Hugging Face config.json, as for plimsoll plan")
+    model.add_argument("--gpu", default="H100-80GB", help="GPU preset, with --model")
+    _add_deployment_flags(model)
+    config = p.add_argument_group("config")
+    _env_twin(p, "--config", "PLIMSOLL_CONFIG", help="YAML config: its target's model, and where --write goes")
+    config.add_argument("--target", help="the config's target under test (default: its only one)")
+    config.add_argument("--write", action="store_true", help="update --config's saturation: in place (FILE.bak kept)")
+    config.add_argument("--margin", type=float, default=0.05, help="KV threshold this share below the knee's usage")
+    _env_twin(p, "--out", "PLIMSOLL_LOADTEST_OUT", default="plimsoll-loadtest", help="directory for the outputs")
     p.add_argument("--format", default="table", choices=["table", "json"], help="table for people, json for scripts")
-    p.set_defaults(handler=_plan)
+    p.set_defaults(handler=_loadtest)
+
+
+def _loadtest(args: argparse.Namespace) -> int:
+    from exporter.loadtest.command import run_loadtest, settings_from_args  # aiohttp and rich load only here
+
+    flag_plan = plan(load_model(args.model), _gpu_for(args), _deployment(args)) if args.model else None
+    return run_loadtest(settings_from_args(args, flag_plan))
 
 
 def _gpu_for(args: argparse.Namespace) -> GpuSpec:
@@ -253,22 +335,7 @@ def _plan(args: argparse.Namespace) -> int:
     if not args.model:
         raise PlanError("--model is required (a preset name, or a path to a config.json)")
     arch = load_model(args.model)
-    deployment = Deployment(
-        engine=args.engine,
-        tensor_parallel=args.tp,
-        pipeline_parallel=args.pp,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        max_model_len=args.max_model_len,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
-        dtype=args.dtype,
-        kv_cache_dtype=args.kv_cache_dtype,
-        block_size=args.block_size,
-        kv_cache_memory_bytes=args.kv_cache_memory,
-        enforce_eager=args.enforce_eager,
-        quantization=quantization.from_flag(args.quantization) if args.quantization else None,
-        vllm_version=args.vllm_version,
-    )
+    deployment = _deployment(args)
     if args.concurrency is None:
         result = plan(arch, _gpu_for(args), deployment)
         print(json.dumps(result.to_dict(), indent=2) if args.format == "json" else plan_table(result))
@@ -288,6 +355,25 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         print(fleet_table(options, args.concurrency, context))
     return EXIT_OK
+
+
+def _deployment(args: argparse.Namespace) -> Deployment:
+    return Deployment(
+        engine=args.engine,
+        tensor_parallel=args.tp,
+        pipeline_parallel=args.pp,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=args.max_model_len,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        dtype=args.dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
+        block_size=args.block_size,
+        kv_cache_memory_bytes=args.kv_cache_memory,
+        enforce_eager=args.enforce_eager,
+        quantization=quantization.from_flag(args.quantization) if args.quantization else None,
+        vllm_version=args.vllm_version,
+    )
 
 
 def _flag_targets(values: Sequence[str] | None) -> list[str]:
@@ -434,6 +520,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_check_config,
     _add_plan,
     _add_generate,
+    _add_loadtest,
 )
 
 

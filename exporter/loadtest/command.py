@@ -1,0 +1,376 @@
+"""`plimsoll loadtest`: from the parsed flags to a knee, the files that record it, and an exit status.
+
+Everything that can be refused without sending a request (SLOs, workload, model, config) is checked first and
+raised as a ValueError naming the flag (exit 2). The run then checks the server with one request (exit 1 with the
+reason when it cannot be load-tested), searches for the knee while showing each step, and writes result.json,
+report.html and thresholds.yaml, also after Ctrl-C (exit 130) so a partial run is never lost.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from exporter.capacity.plan import CapacityPlan
+from exporter.config import Config, ConfigError, Target, load_config
+from exporter.loadtest import runner, workload
+from exporter.loadtest.judge import StepSummary, early_failure, step_verdict, summarize
+from exporter.loadtest.measure import SloSpec, StepRun
+from exporter.loadtest.model import mean_footprint_tokens, model_prediction
+from exporter.loadtest.outputs import RunResult, RunSettings, WrittenOutputs, result_document, write_outputs
+from exporter.loadtest.progress import Progress, result_table, summary_lines
+from exporter.loadtest.search import Search, find_knee
+from exporter.loadtest.thresholds import ThresholdsError, write_thresholds
+from exporter.target_model import model_plan, resolve
+from exporter.units import parse_duration
+
+EXIT_KNEE = 0
+EXIT_NO_ANSWER = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+_SLO_NAMES = ("ttft", "itl")
+# The final table's width where stdout is not a terminal (a file, a CI log): wide enough for every column.
+_TABLE_WIDTH = 160
+
+
+class LoadtestInputError(ValueError):
+    """A flag or file that cannot be used; the message names it and says what to write instead."""
+
+
+@dataclass(frozen=True)
+class LoadtestSettings:
+    """Everything one run needs, decided from the flags before any request is sent."""
+
+    run: runner.RunSettings
+    slos: SloSpec
+    max_concurrency: int
+    tolerance: float
+    margin: float
+    out_dir: Path
+    output_format: str  # "table" | "json"
+    capacity_plan: CapacityPlan | None  # the capacity model's deployment, from the plan flags or the config
+    config_path: Path | None  # --config: the lead time comes from it, and --write updates it
+    target: str | None  # the config's target the run is about
+    write: bool
+    lead_time_seconds: float
+
+
+def parse_slos(text: str, objective: float) -> SloSpec:
+    """--slo "ttft=500ms,itl=50ms": each threshold named, each with its unit; at least one."""
+    thresholds: dict[str, float] = {}
+    for item in (part.strip() for part in text.split(",")):
+        name, equals, value = item.partition("=")
+        name = name.strip().lower()
+        if not equals or not value.strip():
+            raise LoadtestInputError(f"--slo: {item!r} is not NAME=DURATION (e.g. --slo ttft=500ms,itl=50ms)")
+        if name not in _SLO_NAMES:
+            raise LoadtestInputError(f"--slo: {name!r} is not an SLO this command judges (use ttft and/or itl)")
+        if name in thresholds:
+            raise LoadtestInputError(f"--slo: {name} is given twice")
+        try:
+            seconds = parse_duration(value.strip())
+        except ValueError as error:
+            raise LoadtestInputError(f"--slo: {name}: {error}") from None
+        if seconds <= 0:
+            raise LoadtestInputError(f"--slo: {name}: {value.strip()!r} must be longer than zero")
+        thresholds[name] = seconds
+    if not 0 < objective < 1:
+        hint = f" (did you mean {objective / 100:g}?)" if 1 < objective < 100 else ""
+        raise LoadtestInputError(f"--objective: {objective:g} is not a ratio between 0 and 1{hint}")
+    return SloSpec(ttft_seconds=thresholds.get("ttft"), itl_seconds=thresholds.get("itl"), objective=objective)
+
+
+def _lengths(args: argparse.Namespace, name: str) -> workload.Lengths:
+    flag = f"--{name.replace('_', '-')}"
+    lengths = workload.Lengths(
+        mean=getattr(args, name),
+        spread=getattr(args, f"{name}_spread"),
+        minimum=getattr(args, f"{name}_min"),
+        maximum=getattr(args, f"{name}_max"),
+    )
+    return workload.check_lengths(flag, lengths)
+
+
+def _workload(args: argparse.Namespace) -> workload.Workload:
+    output = _lengths(args, "output_tokens")
+    if args.dataset:
+        return workload.load_trace(Path(args.dataset), output.mean)
+    return workload.SyntheticWorkload(_lengths(args, "prompt_tokens"), output, seed=args.seed)
+
+
+def _config_target(config: Config, name: str | None, source: str) -> Target | None:
+    if name is None:
+        return config.targets[0] if len(config.targets) == 1 else None
+    for target in config.targets:
+        if target.name == name:
+            return target
+    names = ", ".join(t.name for t in config.targets) or "none"
+    raise LoadtestInputError(f"--target {name!r}: {source} has no such target (it has: {names})")
+
+
+def _config_plan(target: Target | None) -> CapacityPlan | None:
+    """The capacity model of the config's target, where its model and GPU (or KV size) allow one."""
+    if target is None or not target.model:
+        return None
+    catalog = resolve(target)
+    if catalog.problems:
+        field_name, message = catalog.problems[0]
+        raise LoadtestInputError(f"--config: targets[{target.name}].{field_name}: {message}")
+    assert catalog.arch is not None  # resolve() loads the model or reports a problem
+    return model_plan(catalog.arch, target.deployment, target.engine, {}, catalog.gpu)
+
+
+def settings_from_args(args: argparse.Namespace, flag_plan: CapacityPlan | None) -> LoadtestSettings:
+    """The run the flags describe; `flag_plan` is the capacity model the plan flags (--model, --gpu...) built."""
+    slos = parse_slos(args.slo, args.objective)
+    config: Config | None = None
+    target: Target | None = None
+    if args.config:
+        try:
+            config = load_config(args.config)
+        except ConfigError as error:
+            raise LoadtestInputError(f"--config: {error}") from None
+        target = _config_target(config, args.target, args.config)
+    elif args.target or args.write:
+        raise LoadtestInputError(f"{'--target' if args.target else '--write'} needs --config FILE")
+    if flag_plan is not None and target is not None and target.model:
+        raise LoadtestInputError("--model and --config's target both name a model: give one of them")
+    run_settings = runner.RunSettings(
+        url=_checked_url(args.url),
+        workload=_workload(args),
+        endpoint=args.endpoint,
+        served_model=args.served_model,
+        metrics_url=_checked_url(args.metrics_url, "--metrics-url") if args.metrics_url else None,
+        request_timeout_seconds=args.request_timeout,
+        stall_timeout_seconds=min(args.stall_timeout, args.request_timeout),
+        step_seconds=args.step_duration,
+        warmup_seconds=args.warmup,
+        max_duration_seconds=args.max_duration,
+        ignore_eos=args.ignore_eos,
+        api_key=_api_key(args.api_key_file),
+    )
+    if args.max_concurrency < 1:
+        raise LoadtestInputError(f"--max-concurrency: {args.max_concurrency} must be at least 1")
+    if not 0 <= args.tolerance < 1:
+        raise LoadtestInputError(f"--tolerance: {args.tolerance:g} is not a share in [0, 1) (e.g. 0.1 for 10%)")
+    if not 0 <= args.margin < 0.5:
+        raise LoadtestInputError(f"--margin: {args.margin:g} is not a share in [0, 0.5) (e.g. 0.05 for 5%)")
+    return LoadtestSettings(
+        run=run_settings,
+        slos=slos,
+        max_concurrency=args.max_concurrency,
+        tolerance=args.tolerance,
+        margin=args.margin,
+        out_dir=Path(args.out),
+        output_format=args.format,
+        capacity_plan=flag_plan or _config_plan(target),
+        config_path=Path(args.config) if args.config else None,
+        target=target.name if target is not None else None,
+        write=args.write,
+        lead_time_seconds=config.lead_time_seconds if config is not None else Config().lead_time_seconds,
+    )
+
+
+def _checked_url(url: str | None, flag: str = "--url") -> str:
+    if not url:
+        raise LoadtestInputError(f"{flag} is required: the server's base URL, e.g. http://127.0.0.1:8000")
+    if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1].strip("/")) == 0:
+        raise LoadtestInputError(f"{flag}: {url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
+    return url.rstrip("/")
+
+
+def _api_key(key_file: str | None) -> str | None:
+    try:
+        return runner.api_key_from(os.environ, key_file)
+    except runner.LoadtestError as error:
+        raise LoadtestInputError(str(error)) from None
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    search: Search
+    model: str
+    engine_capacity_tokens: int | None
+    footprint_tokens: float  # mean prompt + output tokens of the knee's requests (of every step without a knee)
+    notes: tuple[str, ...]
+    interrupted: bool
+
+
+def run_loadtest(settings: LoadtestSettings) -> int:
+    """Run the search, write the outputs, print the table or the document; the exit status."""
+    # Logs and pipes get whole lines: rich would wrap them at 80 columns where it cannot ask a terminal.
+    progress_console = Console(stderr=True, soft_wrap=True)
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    with Progress(progress_console) as progress:
+        try:
+            outcome = asyncio.run(_search(settings, progress))
+        except runner.LoadtestError as error:
+            print(f"plimsoll loadtest: {error}", file=sys.stderr)
+            return EXIT_NO_ANSWER
+        except KeyboardInterrupt:
+            # Ctrl-C before the first step (while the server was being checked): nothing was measured.
+            print("plimsoll loadtest: interrupted before any load was sent; nothing written", file=sys.stderr)
+            return EXIT_INTERRUPTED
+    result = _result(settings, outcome, started_at)
+    written = write_outputs(settings.out_dir, result)
+    document = result_document(result)
+    messages = _write_back(settings, result, written)
+    if settings.output_format == "json":
+        print(json.dumps(document, indent=2))
+    else:
+        output = Console(highlight=False, soft_wrap=True)
+        if not output.is_terminal:
+            output.width = _TABLE_WIDTH
+        output.print(result_table(document))
+        for line in summary_lines(document, _paths(written)):
+            output.print(line)
+    for message in messages:
+        print(f"plimsoll loadtest: {message}", file=sys.stderr)
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_KNEE if outcome.search.knee is not None else EXIT_NO_ANSWER
+
+
+def _paths(written: WrittenOutputs) -> list[str]:
+    return [str(p) for p in (written.result, written.report, written.thresholds) if p is not None]
+
+
+def _write_back(settings: LoadtestSettings, result: RunResult, written: WrittenOutputs) -> list[str]:
+    """--write: the measured thresholds into the config file; what happened, as lines for stderr."""
+    if not settings.write or settings.config_path is None:
+        return []
+    if result.interrupted:
+        return [f"--write: {settings.config_path} left unchanged: the run was interrupted"]
+    fragment = result.thresholds.fragment()
+    if fragment is None:
+        return [f"--write: {settings.config_path} left unchanged: no knee with engine readings to calibrate from"]
+    try:
+        backup = write_thresholds(settings.config_path, fragment)
+    except ThresholdsError as error:
+        return [f"--write: {error}"]
+    return [f"updated {settings.config_path} (saturation: {dict(fragment['saturation'])}); previous kept as {backup}"]
+
+
+def _result(settings: LoadtestSettings, outcome: _Outcome, started_at: str) -> RunResult:
+    search = outcome.search
+    knee = search.knee
+    prediction = model_prediction(
+        settings.capacity_plan,
+        outcome.engine_capacity_tokens,
+        outcome.footprint_tokens,
+        knee.concurrency if knee is not None else None,
+    )
+    run = settings.run
+    return RunResult(
+        settings=RunSettings(
+            target=settings.target,
+            endpoint=run.endpoint_at().url,
+            model=outcome.model,
+            started_at=started_at,
+            slos=settings.slos,
+            workload=workload.describe(run.workload),
+            max_concurrency=settings.max_concurrency,
+            tolerance=settings.tolerance,
+            margin=settings.margin,
+            lead_time_seconds=settings.lead_time_seconds,
+        ),
+        search=search,
+        model_prediction=prediction,
+        interrupted=outcome.interrupted,
+        notes=outcome.notes,
+    )
+
+
+@contextlib.contextmanager
+def _ctrl_c_interrupts(loop: asyncio.AbstractEventLoop, interrupt: Callable[[], None]) -> Iterator[None]:
+    """While the search runs, Ctrl-C (or SIGINT) ends the step in progress instead of killing the process, so
+    what was measured is written; a second Ctrl-C is the usual immediate stop."""
+
+    def first() -> None:
+        interrupt()
+        loop.remove_signal_handler(signal.SIGINT)
+
+    loop.add_signal_handler(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _search(settings: LoadtestSettings, progress: Progress) -> _Outcome:
+    loop = asyncio.get_running_loop()
+    notes: list[str] = []
+    async with runner.open_run(settings.run) as run:
+        if run.engine.error is not None:
+            notes.append(f"engine metrics unreachable at the start, the run goes on without them: {run.engine.error}")
+        progress.message(
+            f"load-testing {settings.run.url} ({run.model}, engine {run.engine.engine or 'unknown'}): "
+            f"objective {settings.slos.objective:g}, up to concurrency {settings.max_concurrency}"
+        )
+        stopped_by_time_limit = False
+        # The requests of each step, kept for the request footprint the model comparison divides by.
+        step_runs: dict[int, StepRun] = {}
+
+        async def step(concurrency: int) -> StepSummary:
+            nonlocal stopped_by_time_limit
+            progress.step_started(concurrency, settings.run.warmup_seconds + settings.run.step_seconds)
+            step_run = await runner.run_step(
+                settings.run,
+                concurrency,
+                run,
+                stop_early=lambda records: early_failure(records, settings.slos),
+                keep_going=lambda records: step_verdict(records, settings.slos) == "unsure",
+            )
+            step_runs[concurrency] = step_run
+            summary = summarize(step_run, settings.slos)
+            if time.monotonic() >= run.deadline and not step_run.interrupted:
+                # The time limit cut this step short: it ends the search like Ctrl-C, but the run was not
+                # interrupted by the user, so it is said in a note and the exit status stays the answer's.
+                stopped_by_time_limit = True
+                summary = replace(summary, interrupted=True)
+            progress.step_finished(summary)
+            return summary
+
+        with _ctrl_c_interrupts(loop, run.interrupt):
+            search = await find_knee(step, settings.max_concurrency, settings.tolerance)
+        notes.extend(_step_notes(search))
+        if stopped_by_time_limit:
+            notes.append(
+                f"the run's time limit (--max-duration {settings.run.max_duration_seconds:g}s) ended the search: "
+                "the knee is the highest concurrency that passed before it, a lower bound"
+            )
+        return _Outcome(
+            search=search,
+            model=run.model,
+            engine_capacity_tokens=run.engine.capacity_tokens,
+            footprint_tokens=_footprint(search, step_runs),
+            notes=tuple(notes),
+            interrupted=run.interrupted.is_set(),
+        )
+
+
+def _footprint(search: Search, step_runs: dict[int, StepRun]) -> float:
+    measured = [search.knee.concurrency] if search.knee is not None else list(step_runs)
+    return mean_footprint_tokens([record for c in measured for record in step_runs[c].requests])
+
+
+def _step_notes(search: Search) -> list[str]:
+    notes = []
+    for step in search.steps:
+        if step.verdict == "unsure" and not step.interrupted:
+            notes.append(
+                f"concurrency {step.concurrency} stayed unsure after extending the step "
+                f"({step.requests} requests): the point estimate decided ({'pass' if step.passed else 'fail'})"
+            )
+        if step.engine_error is not None:
+            notes.append(f"concurrency {step.concurrency}: {step.engine_error}")
+    return notes

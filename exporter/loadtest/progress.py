@@ -1,0 +1,148 @@
+"""What `plimsoll loadtest` shows a person: a line per load step while it runs, and the final table.
+
+The progress goes to stderr, so `--format json` leaves stdout to the document alone. A spinner shows the step in
+progress where stderr is a terminal; elsewhere (CI logs, a pipe) only the finished steps' lines are printed.
+Formatting is separate from the console: `step_line` and `result_table` turn values into text and tables.
+"""
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.status import Status
+from rich.table import Table
+
+from exporter.loadtest.judge import StepSummary
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}ms"
+
+
+def _percent(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.0%}"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def verdict_text(verdict: str, passed: bool, interrupted: bool) -> str:
+    """pass / fail, marked "(unsure)" where the point estimate decided because the interval could not."""
+    if interrupted:
+        return "interrupted"
+    if verdict == "unsure":
+        return f"{'pass' if passed else 'fail'} (unsure)"
+    return verdict
+
+
+def step_line(step: StepSummary) -> str:
+    """One finished step, as rich markup: the load, what the client measured, what the engine said, the verdict."""
+    attainment = (
+        "-"
+        if step.slo_attainment is None
+        else f"{step.slo_attainment:.1%} [{step.attainment_low:.1%}, {step.attainment_high:.1%}]"
+    )
+    style = "yellow" if step.interrupted else "green" if step.passed else "red"
+    errors = f" errors {step.errors}" if step.errors else ""
+    early = f"  ({step.ended_early})" if step.ended_early else ""
+    return (
+        f"concurrency {step.concurrency:>4}  requests {step.requests:>4}{errors}  "
+        f"attainment {attainment}  TTFT p99 {_ms(step.ttft_p99_seconds)}  ITL p99 {_ms(step.itl_p99_seconds)}  "
+        f"KV {_percent(step.kv_cache_usage_ratio)}  waiting {_number(step.requests_waiting)}  "
+        f"[{style}]{verdict_text(step.verdict, step.passed, step.interrupted)}[/{style}]{early}"
+    )
+
+
+def result_table(result: Mapping[str, Any]) -> Table:
+    """Every step of a result.json document, the knee's row marked."""
+    knee = result.get("knee")
+    knee_concurrency = knee["concurrency"] if knee else None
+    table = Table(title="plimsoll loadtest", title_justify="left")
+    for heading in ("concurrency", "requests", "errors", "req/s", "tok/s", "SLO attainment", "TTFT p99", "ITL p99"):
+        table.add_column(heading, justify="right")
+    for heading in ("KV p90", "waiting", "preempt", "verdict"):
+        table.add_column(heading, justify="right")
+    for step in sorted(result["steps"], key=lambda s: s["concurrency"]):
+        marker = " <- knee" if step["concurrency"] == knee_concurrency else ""
+        table.add_row(
+            str(step["concurrency"]),
+            str(step["requests"]),
+            str(step["errors"]),
+            f"{step['request_rate']:.2f}",
+            f"{step['output_tokens_per_second']:.0f}",
+            _percent_of(step["slo_attainment"]),
+            _ms(step["ttft_p99_seconds"]),
+            _ms(step["itl_p99_seconds"]),
+            _percent(step["kv_cache_usage_ratio"]),
+            _number(step["requests_waiting"]),
+            _number(step["preemptions"]),
+            verdict_text(step["verdict"], step["passed"], step["interrupted"]) + marker,
+        )
+    return table
+
+
+def _percent_of(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.1%}"
+
+
+def summary_lines(result: Mapping[str, Any], written: Sequence[str]) -> list[str]:
+    """What the table does not say: the knee in words, what limited it, the model's view, and the files."""
+    knee = result.get("knee")
+    lines = []
+    if knee:
+        lines.append(
+            f"knee: concurrency {knee['concurrency']} ({knee['request_rate']:.2f} req/s, "
+            f"{knee['output_tokens_per_second']:.0f} output tok/s, KV {_percent(knee['kv_cache_usage_ratio'])}, "
+            f"{_number(knee['requests_waiting'])} waiting)"
+        )
+    else:
+        lines.append("knee: none (no step passed)")
+    lines.append(f"limited by: {result['limited_by']}: {result['reason']}")
+    prediction = result.get("model_prediction")
+    if prediction:
+        ratio = prediction["ratio"]
+        apart = "" if ratio is None else f"; knee / prediction = {ratio:.2f}"
+        lines.append(
+            f"{prediction['source']} KV pool: {prediction['kv_cache_tokens']} tokens / "
+            f"{prediction['request_footprint_tokens']:.0f} tokens a request = "
+            f"{prediction['predicted_concurrency']:.1f} concurrent requests{apart}"
+        )
+    lines.extend(f"note: {note}" for note in result.get("notes", ()))
+    lines.extend(f"wrote {path}" for path in written)
+    return lines
+
+
+class Progress:
+    """The live display on stderr: a spinner for the step in progress (terminals only), a line per finished step."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self._status: Status | None = None
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self._stop_status()
+
+    def message(self, text: str) -> None:
+        self._console.print(text, highlight=False)
+
+    def step_started(self, concurrency: int, seconds: float) -> None:
+        self._stop_status()
+        if self._console.is_terminal:
+            self._status = self._console.status(f"concurrency {concurrency}: running (about {seconds:g}s)")
+            self._status.start()
+
+    def step_finished(self, step: StepSummary) -> None:
+        self._stop_status()
+        self._console.print(step_line(step), highlight=False)
+
+    def _stop_status(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
