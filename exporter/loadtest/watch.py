@@ -8,7 +8,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
@@ -31,6 +31,9 @@ class EngineRead:
     engine: str | None
     capacity_tokens: int | None  # the engine's KV pool in tokens, where it reports it
     error: str | None
+    block_size: int | None = None  # tokens per KV block, where the engine reports it
+    # The engine's own settings (vLLM's cache_config_info labels): what completes a configured deployment's plan.
+    engine_config: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,15 @@ async def read_engine(
     read = read_page(fetched.text)
     if not read.readings:
         return EngineRead(None, read.engine, None, f"{url}: {read.detail or 'no engine reading on the page'}")
-    return EngineRead(combine(read.readings, t), read.engine, _capacity(read.readings), None)
+    first = read.readings[0]
+    return EngineRead(
+        sample=combine(read.readings, t),
+        engine=read.engine,
+        capacity_tokens=_capacity(read.readings),
+        error=None,
+        block_size=first.kv_block_size,
+        engine_config=first.engine_config,
+    )
 
 
 async def watch(

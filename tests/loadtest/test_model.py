@@ -19,6 +19,8 @@ def test_the_model_predicts_the_concurrency_at_which_the_pool_fills() -> None:
     assert prediction is not None
     assert prediction.source == "model"
     assert prediction.kv_cache_tokens == PLAN.pool.tokens
+    # 640 tokens are exactly 40 of the plan's 16-token blocks: no rounding.
+    assert PLAN.pool.block_size == 16
     assert prediction.predicted_concurrency == pytest.approx(PLAN.pool.tokens / 640.0)
     assert prediction.ratio == pytest.approx(100 / prediction.predicted_concurrency)
 
@@ -36,11 +38,24 @@ def test_without_a_model_the_engines_pool_is_the_prediction() -> None:
         "kv_cache_tokens": 4096,
         "source": "engine",
         "request_footprint_tokens": 64.0,
+        "block_size": None,
         "predicted_concurrency": 64.0,
         "knee_concurrency": 8,
         "ratio": 0.125,
         "engine_kv_cache_tokens": 4096,
     }
+
+
+def test_the_footprint_is_rounded_up_to_whole_blocks_of_the_pool() -> None:
+    # The recorded vLLM CPU run: 4096 tokens in 32 blocks of 128; a 137-token request holds 2 blocks, so 16 fill
+    # the pool (the engine read 90% KV usage at concurrency 16), not the 29.9 that tokens alone would say.
+    prediction = model_prediction(None, 4096, 137.2, 16, engine_block_size=128)
+    assert prediction is not None
+    assert prediction.predicted_concurrency == 16.0
+    assert prediction.ratio == 1.0
+    rounded, whole = model_prediction(PLAN, None, 17.0, 1), model_prediction(PLAN, None, 32.0, 1)
+    assert rounded is not None and whole is not None
+    assert rounded.predicted_concurrency == whole.predicted_concurrency
 
 
 def test_no_prediction_without_a_pool_or_a_footprint() -> None:

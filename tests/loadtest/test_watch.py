@@ -104,13 +104,14 @@ def test_a_page_no_engine_claims_is_a_reason_not_a_sample() -> None:
     assert read.sample is None and read.error is not None and "none of the engines" in read.error
 
 
-def test_the_first_read_reports_the_engine_and_its_kv_capacity() -> None:
-    async def go() -> tuple[str | None, int | None]:
+def test_the_first_read_reports_the_engine_its_kv_pool_and_its_settings() -> None:
+    async def go() -> EngineRead:
         async with serving(Behaviour(metrics_page=PEAK)) as fake, aiohttp.ClientSession() as session:
-            read = await read_engine(session, f"{fake.url}/metrics", 0.0)
-            return read.engine, read.capacity_tokens
+            return await read_engine(session, f"{fake.url}/metrics", 0.0)
 
-    assert asyncio.run(go()) == ("vllm", 4096)
+    read = asyncio.run(go())
+    assert (read.engine, read.capacity_tokens, read.block_size) == ("vllm", 4096, 128)
+    assert read.engine_config["kv_cache_memory_bytes"] == "2097152"
 
 
 def test_data_parallel_instances_combine_into_the_fullest_cache_and_summed_load() -> None:
