@@ -187,7 +187,7 @@ def _refusal(settings: RunSettings, model: str, reason: str, detail: str) -> str
     other = "completions" if settings.endpoint == "chat" else "chat"
     said = f" (the server says: {detail})" if detail else ""
     if reason == "connection refused":
-        return f"nothing answers at {settings.url} (connection refused): is the server running, and --url right?"
+        return _nothing_answers(settings.url)
     if reason in ("http 401", "http 403"):
         return _credentials(settings.url, int(reason.split()[1]))
     if reason == "http 404" and model in detail:
@@ -199,7 +199,7 @@ def _refusal(settings: RunSettings, model: str, reason: str, detail: str) -> str
     if reason == "stalled":
         return f"{settings.url}{path} stopped streaming mid-answer ({detail}): is the server overloaded or stuck?"
     if reason == "timeout":
-        return f"a 4-token request to {settings.url}{path} did not finish within the timeout: is the server busy?"
+        return f"a 4-token request to {settings.url}{path} got {detail}: is the server busy or stuck?"
     return f"a test request to {settings.url}{path} failed: {reason}{said}"
 
 
@@ -210,9 +210,13 @@ def _credentials(url: str, status: int) -> str:
     )
 
 
+def _nothing_answers(url: str) -> str:
+    return f"nothing answers at {url} (connection refused): is the server running, and --url right?"
+
+
 def _unreachable(url: str, error: aiohttp.ClientConnectorError) -> str:
     if isinstance(error.os_error, ConnectionRefusedError):
-        return f"nothing answers at {url} (connection refused): is the server running, and --url right?"
+        return _nothing_answers(url)
     return f"cannot connect to {url}: {error.os_error}"
 
 

@@ -202,6 +202,11 @@ def test_a_server_that_stalls_is_refused_before_the_run() -> None:
     assert "stopped streaming" in _refusal(Behaviour(stall_after_tokens=1))
 
 
+def test_a_server_too_slow_for_one_short_request_is_refused_with_the_time_it_had() -> None:
+    message = _refusal(Behaviour(ttft_seconds=30.0), request_timeout_seconds=0.3)
+    assert "got no complete answer within 0.3s" in message
+
+
 def test_a_non_streaming_server_is_refused() -> None:
     assert "does not stream" in _refusal(Behaviour(stream=False))
 
