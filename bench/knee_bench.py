@@ -1,0 +1,166 @@
+"""How long `plimsoll loadtest`'s knee search takes against a full fixed-grid sweep, on the simulated engine.
+
+The grid is GuideLLM's default shape: 10 levels of equal step duration spanning 1..max concurrency, every level run
+for its whole duration, knee = the highest passing level. The search is find_knee (doubling, then bisection to the
+tolerance), with the runner's rules: a certainly failing step ends early, an unsure one is extended up to twice.
+The true knee is found by brute force (every concurrency). Both run on the same simulated engine, in one process.
+
+Time is counted two ways: VIRTUAL seconds of load (warm-up + measured duration of every step: what the wall time
+would be against a real server; the drain of in-flight requests after a step is left out of both) and the real
+CPU seconds this process spent simulating. Goal (issue 8): the search in at most a third of the grid's time, its
+knee within 10% of the true one.
+
+Run: .venv/bin/python bench/knee_bench.py [--max-concurrency 128] [--step-duration 30] [--warmup 5] [--json]
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from exporter.loadtest.judge import StepSummary, summarize  # noqa: E402
+from exporter.loadtest.measure import SloSpec  # noqa: E402
+from exporter.loadtest.search import find_knee  # noqa: E402
+from tests.loadtest.simulated import (  # noqa: E402
+    SimulatedEngine,
+    SimulatedWorkload,
+    brute_force_knee,
+    simulated_step,
+    step_runner,
+)
+
+GRID_LEVELS = 10
+TOLERANCE = 0.1
+WORKLOAD = SimulatedWorkload(prompt_tokens=256, output_tokens=64, spread=0.2, seed=1)
+SLOS = SloSpec(ttft_seconds=0.5, itl_seconds=0.05, objective=0.99)
+
+SHAPES: dict[str, SimulatedEngine] = {
+    "ITL grows with the batch": SimulatedEngine(itl_base_seconds=0.010, itl_per_request_seconds=0.0005),
+    "KV pool of 2,000 blocks": SimulatedEngine(kv_blocks=2000, itl_per_request_seconds=0.0002),
+    "64 slots, queue of 32": SimulatedEngine(max_batch=64, queue_bound=32, itl_per_request_seconds=0.0002),
+}
+
+
+@dataclass(frozen=True)
+class Strategy:
+    knee: int | None
+    steps: int
+    virtual_seconds: float
+    cpu_seconds: float
+
+
+@dataclass(frozen=True)
+class Row:
+    shape: str
+    true_knee: int | None
+    search: Strategy
+    grid: Strategy
+
+
+def virtual_seconds(steps: tuple[StepSummary, ...] | list[StepSummary], warmup: float) -> float:
+    return sum(warmup + step.duration_seconds for step in steps)
+
+
+def run_search(engine: SimulatedEngine, max_concurrency: int, duration: float, warmup: float) -> Strategy:
+    started = time.process_time()
+    found = asyncio.run(find_knee(step_runner(engine, WORKLOAD, SLOS, duration, warmup), max_concurrency, TOLERANCE))
+    return Strategy(
+        knee=found.knee.concurrency if found.knee else None,
+        steps=len(found.steps),
+        virtual_seconds=virtual_seconds(found.steps, warmup),
+        cpu_seconds=time.process_time() - started,
+    )
+
+
+def grid_levels(max_concurrency: int) -> list[int]:
+    span = max_concurrency - 1
+    return sorted({1 + round(span * index / (GRID_LEVELS - 1)) for index in range(GRID_LEVELS)})
+
+
+def run_grid(engine: SimulatedEngine, max_concurrency: int, duration: float, warmup: float) -> Strategy:
+    started = time.process_time()
+    # A fixed grid runs every level for its whole duration: no early end, no extension.
+    steps = [
+        summarize(simulated_step(engine, level, WORKLOAD, duration, warmup=warmup), SLOS)
+        for level in grid_levels(max_concurrency)
+    ]
+    passing = [step.concurrency for step in steps if step.passed]
+    return Strategy(
+        knee=max(passing, default=None),
+        steps=len(steps),
+        virtual_seconds=virtual_seconds(steps, warmup),
+        cpu_seconds=time.process_time() - started,
+    )
+
+
+def distance(knee: int | None, true_knee: int | None) -> str:
+    if knee is None or true_knee is None:
+        return "n/a" if knee == true_knee else "missed"
+    return f"{(knee - true_knee) / true_knee:+.0%}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max-concurrency", type=int, default=128)
+    parser.add_argument("--step-duration", type=float, default=30.0, help="seconds of each step (virtual)")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds of warm-up before each step (virtual)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = parser.parse_args()
+
+    rows = []
+    for shape, engine in SHAPES.items():
+        true_knee, _ = brute_force_knee(
+            engine, WORKLOAD, SLOS, args.max_concurrency, args.step_duration, args.warmup
+        )
+        rows.append(
+            Row(
+                shape=shape,
+                true_knee=true_knee,
+                search=run_search(engine, args.max_concurrency, args.step_duration, args.warmup),
+                grid=run_grid(engine, args.max_concurrency, args.step_duration, args.warmup),
+            )
+        )
+
+    if args.json:
+        print(json.dumps([_as_dict(row) for row in rows], indent=2))
+        return
+    print(
+        f"max concurrency {args.max_concurrency}, steps of {args.warmup:g} s warm-up + {args.step_duration:g} s, "
+        f"objective {SLOS.objective:g}, tolerance {TOLERANCE:g}; grid levels {grid_levels(args.max_concurrency)}"
+    )
+    header = (
+        f"{'shape':<26} {'true':>5} | {'search knee':>11} {'steps':>5} {'virtual s':>9} {'cpu s':>6} | "
+        f"{'grid knee':>9} {'steps':>5} {'virtual s':>9} {'cpu s':>6} | {'time ratio':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        s, g = row.search, row.grid
+        print(
+            f"{row.shape:<26} {row.true_knee or '-':>5} | "
+            f"{f'{s.knee} ({distance(s.knee, row.true_knee)})':>11} {s.steps:>5} {s.virtual_seconds:>9.0f} "
+            f"{s.cpu_seconds:>6.2f} | "
+            f"{f'{g.knee} ({distance(g.knee, row.true_knee)})':>9} {g.steps:>5} {g.virtual_seconds:>9.0f} "
+            f"{g.cpu_seconds:>6.2f} | {s.virtual_seconds / g.virtual_seconds:>10.2f}"
+        )
+
+
+def _as_dict(row: Row) -> dict[str, object]:
+    return {
+        "shape": row.shape,
+        "true_knee": row.true_knee,
+        "search": row.search.__dict__,
+        "grid": row.grid.__dict__,
+        "time_ratio": row.search.virtual_seconds / row.grid.virtual_seconds,
+        "search_knee_error": distance(row.search.knee, row.true_knee),
+        "grid_knee_error": distance(row.grid.knee, row.true_knee),
+    }
+
+
+if __name__ == "__main__":
+    main()
