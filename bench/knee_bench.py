@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter.loadtest.judge import StepSummary, summarize  # noqa: E402
-from exporter.loadtest.measure import SloSpec  # noqa: E402
-from exporter.loadtest.search import find_knee  # noqa: E402
-from tests.loadtest.simulated import (  # noqa: E402
+from exporter.loadtest.judge import StepSummary, summarize
+from exporter.loadtest.measure import SloSpec
+from exporter.loadtest.search import find_knee
+from tests.loadtest.simulated import (
     SimulatedEngine,
     SimulatedWorkload,
     brute_force_knee,
@@ -114,9 +114,7 @@ def main() -> None:
 
     rows = []
     for shape, engine in SHAPES.items():
-        true_knee, _ = brute_force_knee(
-            engine, WORKLOAD, SLOS, args.max_concurrency, args.step_duration, args.warmup
-        )
+        true_knee, _ = brute_force_knee(engine, WORKLOAD, SLOS, args.max_concurrency, args.step_duration, args.warmup)
         rows.append(
             Row(
                 shape=shape,
