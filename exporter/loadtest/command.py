@@ -200,6 +200,7 @@ class _Outcome:
     search: Search
     model: str
     engine_capacity_tokens: int | None
+    engine_block_size: int | None  # the engine allocates whole blocks: a request holds its footprint rounded up
     footprint_tokens: float  # mean prompt + output tokens of the knee's requests (of every step without a knee)
     notes: tuple[str, ...]
     interrupted: bool
@@ -268,6 +269,7 @@ def _result(settings: LoadtestSettings, outcome: _Outcome, started_at: str) -> R
         outcome.engine_capacity_tokens,
         outcome.footprint_tokens,
         knee.concurrency if knee is not None else None,
+        outcome.engine_block_size,
     )
     run = settings.run
     return RunResult(
@@ -352,6 +354,7 @@ async def _search(settings: LoadtestSettings, progress: Progress) -> _Outcome:
             search=search,
             model=run.model,
             engine_capacity_tokens=run.engine.capacity_tokens,
+            engine_block_size=run.engine.block_size,
             footprint_tokens=_footprint(search, step_runs),
             notes=tuple(notes),
             interrupted=run.interrupted.is_set(),

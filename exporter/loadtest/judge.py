@@ -139,8 +139,8 @@ def summarize(run: StepRun, slos: SloSpec) -> StepSummary:
     e2es = sorted(r.e2e_seconds for r in completed if r.e2e_seconds is not None)
     return StepSummary(
         concurrency=run.concurrency,
-        request_rate=len(completed) / duration if duration > 0 else 0.0,
-        output_tokens_per_second=sum(r.output_tokens or 0 for r in completed) / duration if duration > 0 else 0.0,
+        request_rate=run.completed_in_window / run.window_seconds if run.window_seconds > 0 else 0.0,
+        output_tokens_per_second=run.output_tokens_in_window / run.window_seconds if run.window_seconds > 0 else 0.0,
         kv_cache_usage_ratio=percentile(sorted(_present(s.kv_cache_usage_ratio for s in run.engine)), 0.90),
         kv_cache_usage_max=max(_present(s.kv_cache_usage_ratio for s in run.engine), default=None),
         requests_waiting=_mean(_present(s.requests_waiting for s in run.engine)),

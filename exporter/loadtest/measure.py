@@ -61,4 +61,11 @@ class StepRun:
     engine_error: str | None  # why there are no engine samples, else None
     client_lag_p99_seconds: float  # event-loop lag of the load generator (asyncio sleep overshoot)
     ended_early: str | None  # e.g. "certainly failing: upper bound 0.62 < 0.99 after 40 requests"
+    # Throughput is counted over the window in which the load was held (from the warm-up's end until sending
+    # stopped): every request that completed inside it, whenever it was sent. Counting only the requests judged
+    # (sent inside the window) would read a short step, one that ended early, as a throughput drop: its last
+    # requests are still in flight and its first completions belong to warm-up sends.
+    window_seconds: float
+    completed_in_window: int
+    output_tokens_in_window: int
     interrupted: bool = False  # Ctrl-C during the step

@@ -228,6 +228,12 @@ class _Step:
     records: list[RequestRecord] = field(default_factory=list)
     last_done: float = 0.0  # when the last measured request ended
     sending: bool = True
+    completions: list[tuple[float, int]] = field(default_factory=list)  # (when, output tokens), warm-up sends too
+
+    def in_window(self, until: float) -> tuple[int, int]:
+        """Requests completed, and their output tokens, between the warm-up's end and `until`."""
+        inside = [tokens for when, tokens in self.completions if self.measured_from <= when <= until]
+        return len(inside), sum(inside)
 
 
 async def run_step(
@@ -262,9 +268,12 @@ async def run_step(
                 ignore_eos=settings.ignore_eos,
                 clock=clock,
             )
+            done = clock()
+            if record.completed:
+                step.completions.append((done, record.output_tokens or 0))
             if record.sent_at >= 0:
                 step.records.append(record)
-                step.last_done = max(step.last_done, clock())
+                step.last_done = max(step.last_done, done)
 
     async def ticker() -> None:
         expected = clock() + LAG_TICK_SECONDS
@@ -285,7 +294,8 @@ async def run_step(
     try:
         ended_early = await _control(settings, run, step, stop_early, keep_going, clock)
         step.sending = False
-        step.last_done = max(step.last_done, clock())
+        sending_stopped = clock()
+        step.last_done = max(step.last_done, sending_stopped)
         if ended_early is not None or run.interrupted.is_set():
             for task in workers:
                 task.cancel()
@@ -298,6 +308,7 @@ async def run_step(
         await asyncio.gather(*workers, lag, return_exceptions=True)
         stop_watch.set()
         watched = await watcher
+    completed, output_tokens = step.in_window(sending_stopped)
     return StepRun(
         concurrency=concurrency,
         duration_seconds=max(0.0, step.last_done - step.measured_from),
@@ -306,6 +317,9 @@ async def run_step(
         engine_error=watched.error,
         client_lag_p99_seconds=_p99(lags),
         ended_early=ended_early,
+        window_seconds=max(0.0, sending_stopped - step.measured_from),
+        completed_in_window=completed,
+        output_tokens_in_window=output_tokens,
         interrupted=run.interrupted.is_set(),
     )
 

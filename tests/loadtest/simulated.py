@@ -75,6 +75,7 @@ def simulated_step(
     free_blocks = engine.kv_blocks
     preemptions = 0
     records: list[RequestRecord] = []
+    completions: list[tuple[float, int]] = []  # (when, output tokens) of every completed request, as the runner
     samples: list[EngineSample] = []
     next_sample = start
     now = 0.0
@@ -100,6 +101,8 @@ def simulated_step(
         request.blocks = 0
         next_send[request.client] = at + (engine.refusal_seconds if error == "http 503" else 0.0)
         next_send[request.client] += engine.client_lag_seconds
+        if error is None:
+            completions.append((at, request.generated))
         if request.sent < start:
             return
         records.append(
@@ -204,9 +207,14 @@ def simulated_step(
             if ended_early is not None:
                 end = now
 
+    window_end = max(start, min(now, end))
+    in_window = [tokens for when, tokens in completions if start <= when <= window_end]
     return StepRun(
         concurrency=concurrency,
         duration_seconds=max(0.0, min(now, end) - start),
+        window_seconds=window_end - start,
+        completed_in_window=len(in_window),
+        output_tokens_in_window=sum(in_window),
         requests=tuple(records),
         engine=tuple(samples),
         engine_error=None,

@@ -27,6 +27,9 @@ def step(requests: list[RequestRecord], engine: tuple[EngineSample, ...] = ()) -
         engine_error=None,
         client_lag_p99_seconds=0.001,
         ended_early=None,
+        window_seconds=10.0,
+        completed_in_window=sum(1 for r in requests if r.completed),
+        output_tokens_in_window=sum(r.output_tokens or 0 for r in requests if r.completed),
     )
 
 

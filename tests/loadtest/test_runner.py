@@ -9,7 +9,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from exporter.loadtest.measure import RequestRecord, StepRun
+from exporter.loadtest.judge import summarize
+from exporter.loadtest.measure import RequestRecord, SloSpec, StepRun
 from exporter.loadtest.runner import LoadtestError, RunSettings, api_key_from, open_run, preflight, run_step
 from exporter.loadtest.workload import Lengths, SyntheticWorkload, TraceWorkload, WorkRequest
 from tests.loadtest.fake_openai import Behaviour, FakeOpenAI, closed_port, serving
@@ -273,3 +274,15 @@ def test_an_unreadable_or_empty_key_file_is_refused_without_showing_a_key(tmp_pa
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(LoadtestError, match=r"--api-key-file .*empty: the file is empty"):
         api_key_from({}, str(tmp_path / "empty"))
+
+
+def test_a_short_step_measures_the_throughput_littles_law_predicts() -> None:
+    # With N requests always in flight, completions per second are N / latency (Little's law). Counting only the
+    # requests the step sent would miss those sent in the warm-up that finish in the window. The fake server keeps
+    # its workers in phase, so a window of W seconds is off by up to N / W requests a second: W = 2 keeps that small.
+    step, _ = _step(Behaviour(ttft_seconds=0.2, itl_seconds=0.05), 4, step_seconds=2.0)
+    latency = sum(r.e2e_seconds or 0 for r in step.requests if r.completed) / sum(r.completed for r in step.requests)
+    summary = summarize(step, SloSpec(ttft_seconds=None, itl_seconds=None, objective=0.9))
+    assert summary.request_rate == pytest.approx(4 / latency, rel=0.15)
+    judged_and_done = [r for r in step.requests if r.completed and r.sent_at + (r.e2e_seconds or 0) <= 2.0]
+    assert step.completed_in_window > len(judged_and_done)

@@ -87,7 +87,9 @@ def scripted(knee: int, interrupt_at: int | None = None) -> Callable[[int], Step
     slos = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.9)
 
     def run(concurrency: int) -> StepSummary:
-        run = StepRun(concurrency, 10.0, (), (), "unreachable", 0.001, None, interrupted=concurrency == interrupt_at)
+        run = StepRun(
+            concurrency, 10.0, (), (), "unreachable", 0.001, None, 10.0, 0, 0, interrupted=concurrency == interrupt_at
+        )
         return dataclasses.replace(summarize(run, slos), passed=concurrency <= knee)
 
     return run
