@@ -37,7 +37,7 @@ from tests.loadtest.simulated import (
 GRID_LEVELS = 10
 TOLERANCE = 0.1
 WORKLOAD = SimulatedWorkload(prompt_tokens=256, output_tokens=64, spread=0.2, seed=1)
-SLOS = SloSpec(ttft_seconds=0.5, itl_seconds=0.05, objective=0.99)
+TTFT_SECONDS, ITL_SECONDS = 0.5, 0.05
 
 SHAPES: dict[str, SimulatedEngine] = {
     "ITL grows with the batch": SimulatedEngine(itl_base_seconds=0.010, itl_per_request_seconds=0.0005),
@@ -66,9 +66,11 @@ def virtual_seconds(steps: tuple[StepSummary, ...] | list[StepSummary], warmup: 
     return sum(warmup + step.duration_seconds for step in steps)
 
 
-def run_search(engine: SimulatedEngine, max_concurrency: int, duration: float, warmup: float) -> Strategy:
+def run_search(
+    engine: SimulatedEngine, slos: SloSpec, max_concurrency: int, duration: float, warmup: float
+) -> Strategy:
     started = time.process_time()
-    found = asyncio.run(find_knee(step_runner(engine, WORKLOAD, SLOS, duration, warmup), max_concurrency, TOLERANCE))
+    found = asyncio.run(find_knee(step_runner(engine, WORKLOAD, slos, duration, warmup), max_concurrency, TOLERANCE))
     return Strategy(
         knee=found.knee.concurrency if found.knee else None,
         steps=len(found.steps),
@@ -82,11 +84,11 @@ def grid_levels(max_concurrency: int) -> list[int]:
     return sorted({1 + round(span * index / (GRID_LEVELS - 1)) for index in range(GRID_LEVELS)})
 
 
-def run_grid(engine: SimulatedEngine, max_concurrency: int, duration: float, warmup: float) -> Strategy:
+def run_grid(engine: SimulatedEngine, slos: SloSpec, max_concurrency: int, duration: float, warmup: float) -> Strategy:
     started = time.process_time()
     # A fixed grid runs every level for its whole duration: no early end, no extension.
     steps = [
-        summarize(simulated_step(engine, level, WORKLOAD, duration, warmup=warmup), SLOS)
+        summarize(simulated_step(engine, level, WORKLOAD, duration, warmup=warmup), slos)
         for level in grid_levels(max_concurrency)
     ]
     passing = [step.concurrency for step in steps if step.passed]
@@ -109,18 +111,20 @@ def main() -> None:
     parser.add_argument("--max-concurrency", type=int, default=128)
     parser.add_argument("--step-duration", type=float, default=30.0, help="seconds of each step (virtual)")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of warm-up before each step (virtual)")
+    parser.add_argument("--objective", type=float, default=0.99, help="share of requests within the SLOs")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args()
+    slos = SloSpec(ttft_seconds=TTFT_SECONDS, itl_seconds=ITL_SECONDS, objective=args.objective)
 
     rows = []
     for shape, engine in SHAPES.items():
-        true_knee, _ = brute_force_knee(engine, WORKLOAD, SLOS, args.max_concurrency, args.step_duration, args.warmup)
+        true_knee, _ = brute_force_knee(engine, WORKLOAD, slos, args.max_concurrency, args.step_duration, args.warmup)
         rows.append(
             Row(
                 shape=shape,
                 true_knee=true_knee,
-                search=run_search(engine, args.max_concurrency, args.step_duration, args.warmup),
-                grid=run_grid(engine, args.max_concurrency, args.step_duration, args.warmup),
+                search=run_search(engine, slos, args.max_concurrency, args.step_duration, args.warmup),
+                grid=run_grid(engine, slos, args.max_concurrency, args.step_duration, args.warmup),
             )
         )
 
@@ -129,7 +133,7 @@ def main() -> None:
         return
     print(
         f"max concurrency {args.max_concurrency}, steps of {args.warmup:g} s warm-up + {args.step_duration:g} s, "
-        f"objective {SLOS.objective:g}, tolerance {TOLERANCE:g}; grid levels {grid_levels(args.max_concurrency)}"
+        f"objective {slos.objective:g}, tolerance {TOLERANCE:g}; grid levels {grid_levels(args.max_concurrency)}"
     )
     header = (
         f"{'shape':<26} {'true':>5} | {'search knee':>11} {'steps':>5} {'virtual s':>9} {'cpu s':>6} | "

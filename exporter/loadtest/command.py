@@ -24,7 +24,7 @@ from rich.console import Console
 from exporter.capacity.plan import CapacityPlan
 from exporter.config import Config, ConfigError, Target, load_config
 from exporter.loadtest import runner, workload
-from exporter.loadtest.judge import StepSummary, early_failure, step_verdict, summarize
+from exporter.loadtest.judge import StepSummary, settled, summarize, worth_extending
 from exporter.loadtest.measure import SloSpec, StepRun
 from exporter.loadtest.model import mean_footprint_tokens, model_prediction
 from exporter.loadtest.outputs import RunResult, RunSettings, WrittenOutputs, result_document, write_outputs
@@ -329,8 +329,8 @@ async def _search(settings: LoadtestSettings, progress: Progress) -> _Outcome:
                 settings.run,
                 concurrency,
                 run,
-                stop_early=lambda records: early_failure(records, settings.slos),
-                keep_going=lambda records: step_verdict(records, settings.slos) == "unsure",
+                stop_early=lambda records: settled(records, settings.slos),
+                keep_going=lambda records: worth_extending(records, settings.slos),
             )
             step_runs[concurrency] = step_run
             summary = summarize(step_run, settings.slos)

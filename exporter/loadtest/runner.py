@@ -2,7 +2,8 @@
 
 A step runs a warm-up (requests sent then are discarded), then the measured part for the step duration. Requests
 sent in the measured part are awaited to their end (each bounded by its timeout), so a slow request is a miss,
-never dropped; a step the caller judges certainly failing, the run's time limit and Ctrl-C cut it short.
+never dropped; a step whose verdict the caller finds settled (certainly failing, or passing with the requests a
+pass needs), the run's time limit and Ctrl-C cut it short.
 """
 
 import asyncio
@@ -16,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from exporter.loadtest.client import ENDPOINT_PATHS, Endpoint, Limits, send, send_explained
+from exporter.loadtest.judge import MAX_EXTENSION
 from exporter.loadtest.measure import RequestRecord, StepRun
 from exporter.loadtest.watch import EngineRead, read_engine, watch
 from exporter.loadtest.workload import TraceWorkload, Workload, WorkRequest, requests
@@ -24,8 +26,6 @@ from exporter.loadtest.workload import TraceWorkload, Workload, WorkRequest, req
 LAG_TICK_SECONDS = 0.05
 # How often the step asks the caller whether it is certainly failing, or needs to run longer.
 CHECK_INTERVAL_SECONDS = 0.5
-# A step still unsure at its end runs on up to this multiple of the step duration.
-MAX_EXTENSION = 2.0
 PREFLIGHT_TIMEOUT_SECONDS = 10.0
 
 # Given the measured requests so far: a reason to end the step now (certainly failing), else None.

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from exporter.loadtest.judge import StepSummary, early_failure, step_verdict, summarize
+from exporter.loadtest.judge import MAX_EXTENSION, StepSummary, settled, summarize, worth_extending
 from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun
 
 SAMPLE_INTERVAL_SECONDS = 0.5
@@ -68,7 +68,7 @@ def simulated_step(
 ) -> StepRun:
     """One load step; with `slos`, it ends early when certainly failing and extends while unsure, as the runner."""
     rng = random.Random(workload.seed * 1_000_003 + concurrency)
-    start, end, longest_end = warmup, warmup + duration, warmup + 2 * duration
+    start, end, longest_end = warmup, warmup + duration, warmup + MAX_EXTENSION * duration
     next_send = [engine.client_lag_seconds * (client + 1) / concurrency for client in range(concurrency)]
     waiting: deque[_Request] = deque()
     running: list[_Request] = []
@@ -120,7 +120,7 @@ def simulated_step(
     while True:
         # The step's measured window: no new sends after it closes; in-flight requests drain.
         extendable = slos is not None and ended_early is None and end < longest_end
-        if now >= end and extendable and step_verdict(records, slos) == "unsure":
+        if now >= end and extendable and worth_extending(records, slos):
             end = min(longest_end, now + SAMPLE_INTERVAL_SECONDS)
         sending = now < end and ended_early is None
         if sending:
@@ -203,7 +203,7 @@ def simulated_step(
                 finish(request, now, "timeout")
         if slos is not None and ended_early is None and len(records) > judged:
             judged = len(records)
-            ended_early = early_failure(records, slos)
+            ended_early = settled(records, slos)
             if ended_early is not None:
                 end = now
 

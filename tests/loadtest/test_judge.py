@@ -1,6 +1,14 @@
 import pytest
 
-from exporter.loadtest.judge import early_failure, min_requests, summarize, verdict, wilson_interval
+from exporter.loadtest.judge import (
+    early_failure,
+    min_requests,
+    settled,
+    summarize,
+    verdict,
+    wilson_interval,
+    worth_extending,
+)
 from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun
 
 SLOS = SloSpec(ttft_seconds=0.5, itl_seconds=0.05, objective=0.9)
@@ -128,3 +136,17 @@ def test_a_step_without_requests_fails_to_pass() -> None:
     assert summary.slo_attainment is None
     assert not summary.passed
     assert summary.request_rate == 0.0
+
+
+def test_a_step_is_settled_once_it_passes_with_the_requests_a_pass_needs() -> None:
+    slos = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.9)
+    assert settled([record()] * 29, slos) is None  # a pass at 0.9 needs 30 requests
+    assert settled([record()] * 30, slos) == "passing: 30 of 30 requests met the SLOs"
+    assert "certainly failing" in str(settled([record(ttft=2.0)] * 10, slos))
+
+
+def test_an_unsure_step_runs_on_only_when_the_extension_can_reach_a_pass() -> None:
+    slos = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.99)  # a pass needs 300 requests
+    assert worth_extending([record()] * 150, slos)  # twice as long gives 300
+    assert not worth_extending([record()] * 40, slos)  # concurrency 1 on a slow server: 80 at best
+    assert not worth_extending([record()] * 300, slos)  # already a pass: nothing to extend for

@@ -50,9 +50,17 @@ def test_a_certainly_failing_step_ends_early_and_says_why() -> None:
     assert run.duration_seconds < 5.0
 
 
-def test_an_unsure_step_is_extended_up_to_twice_its_duration() -> None:
+def test_an_unsure_step_that_cannot_reach_a_pass_is_not_extended() -> None:
     slos = SloSpec(ttft_seconds=1.0, itl_seconds=None, objective=0.99)
-    # One request at a time, about 0.4 s each: 10 s holds 25 requests, far from the 300 a pass needs.
+    # One request at a time, about 0.4 s each: 10 s holds 25 requests, and 20 s would not hold the 300 a pass needs.
     run = simulated_step(SimulatedEngine(), 1, FIXED, duration=10.0, slos=slos, warmup=1.0)
     assert len(run.requests) < min_requests(0.99)
-    assert run.duration_seconds == pytest.approx(20.0)
+    assert run.duration_seconds == pytest.approx(10.0, abs=0.5)
+
+
+def test_an_unsure_step_is_extended_until_it_has_the_requests_a_pass_needs() -> None:
+    slos = SloSpec(ttft_seconds=1.0, itl_seconds=None, objective=0.99)
+    run = simulated_step(SimulatedEngine(), 8, FIXED, duration=10.0, slos=slos, warmup=1.0)
+    assert 10.0 < run.duration_seconds < 20.0
+    assert run.ended_early is not None and run.ended_early.startswith("passing")
+    assert len(run.requests) >= min_requests(0.99)
