@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from exporter import __version__
@@ -42,6 +42,7 @@ from exporter.plan_output import fleet_table, plan_table
 from exporter.target_model import model_problems
 from exporter.units import parse_duration, parse_size
 
+T = TypeVar("T")
 EXIT_OK = 0
 EXIT_USAGE = 2
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -68,11 +69,21 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+def _flag_type(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """The config's own parser as an argparse type: its message becomes argparse's error, which names the flag."""
+
+    def convert(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return convert
+
+
+_size = _flag_type(parse_size)
+_duration = _flag_type(validate_duration)
+_duration_or_zero = _flag_type(parse_duration)
 
 
 def _ratio(text: str) -> float:
@@ -81,20 +92,6 @@ def _ratio(text: str) -> float:
         hint = f" (did you mean {value / 100:g}?)" if 1 < value <= 100 else ""
         raise argparse.ArgumentTypeError(f"{text} is not a ratio in (0, 1]{hint}")
     return value
-
-
-def _duration(text: str) -> float:
-    try:
-        return validate_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _duration_or_zero(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _version(text: str) -> tuple[int, int]:

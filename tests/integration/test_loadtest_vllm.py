@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.loadtest.contract import KNEE_KEYS
 from tests.support.vllm_cpu import REPO_ROOT, VllmServer
 
 pytestmark = pytest.mark.integration
@@ -29,16 +30,6 @@ OBJECTIVE = "0.9"
 # Two runs' knees agree within this share of the larger one: one bisection step at tolerance 0.25 (16 vs 12..20).
 REPRODUCIBLE_WITHIN = 0.25
 RUN_TIMEOUT_S = 240
-KNEE_KEYS = {
-    "concurrency",
-    "request_rate",
-    "output_tokens_per_second",
-    "kv_cache_usage_ratio",
-    "requests_waiting",
-    "ttft_p99_seconds",
-    "itl_p99_seconds",
-    "slo_attainment",
-}
 STEP_KEYS = KNEE_KEYS | {"requests", "errors", "duration_seconds", "verdict", "kv_cache_usage_max", "preemptions"}
 
 

@@ -20,6 +20,7 @@ import pytest
 from exporter.cli import main
 from exporter.loadtest.command import LoadtestInputError, parse_slos
 from exporter.loadtest.measure import SloSpec
+from tests.loadtest.contract import KNEE_KEYS
 from tests.loadtest.fake_openai import Behaviour, FakeOpenAI, closed_port, serving
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,16 +38,6 @@ FAST = (
     "--output-tokens",
     "4",
 )
-KNEE_KEYS = {
-    "concurrency",
-    "request_rate",
-    "output_tokens_per_second",
-    "kv_cache_usage_ratio",
-    "requests_waiting",
-    "ttft_p99_seconds",
-    "itl_p99_seconds",
-    "slo_attainment",
-}
 
 
 @contextmanager
