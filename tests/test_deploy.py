@@ -1,5 +1,9 @@
 """The Kubernetes manifests and the Dockerfile's config path: valid against Kubernetes' own schemas."""
 
+import shutil
+import subprocess
+
+import pytest
 import yaml
 from kubernetes_validate import validate
 
@@ -62,3 +66,48 @@ def test_the_daemonsets_service_account_may_list_pods_and_knows_its_node():
         d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"] == binding["roleRef"]["name"]
     ]
     assert any("pods" in rule["resources"] and "list" in rule["verbs"] for rule in role["rules"])
+
+
+SIDECAR = KUBERNETES / "sidecar"
+
+
+def _sidecar_deployments() -> list[dict]:
+    """The sidecar overlay as kubectl renders it (kustomize applies the component's patch)."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: the sidecar overlay cannot be rendered (its files are checked alone)")
+    result = subprocess.run([kubectl, "kustomize", str(SIDECAR)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Deployment"]
+
+
+def test_sidecar_example_engine_validates_against_the_kubernetes_schema():
+    for document in yaml.safe_load_all((SIDECAR / "vllm.yaml").read_text()):
+        validate(document, KUBERNETES_VERSION, strict=True)
+
+
+def test_rendered_sidecar_overlay_validates_and_reads_its_own_engine_over_localhost():
+    (deployment,) = _sidecar_deployments()
+    validate(deployment, KUBERNETES_VERSION, strict=True)
+    pod = deployment["spec"]["template"]["spec"]
+    assert {c["name"] for c in pod["containers"]} == {"vllm", "plimsoll"}
+    (plimsoll,) = [c for c in pod["containers"] if c["name"] == "plimsoll"]
+    (engine,) = [c for c in pod["containers"] if c["name"] == "vllm"]
+    engine_port = next(p["containerPort"] for p in engine["ports"])
+    assert f"http://127.0.0.1:{engine_port}/metrics" in plimsoll["args"]
+    assert [p["name"] for p in plimsoll["ports"]] == ["plimsoll"]
+    assert plimsoll["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "plimsoll"}
+    assert plimsoll["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "plimsoll"}
+    assert plimsoll["resources"]["limits"]["memory"] == "128Mi"
+    assert deployment["spec"]["template"]["metadata"]["labels"]["plimsoll.io/sidecar"] == "true"
+
+
+def test_sidecar_runs_without_the_daemonsets_attribution_privileges():
+    (deployment,) = _sidecar_deployments()
+    pod = deployment["spec"]["template"]["spec"]
+    assert not pod.get("hostPID")
+    (plimsoll,) = [c for c in pod["containers"] if c["name"] == "plimsoll"]
+    context = plimsoll["securityContext"]
+    assert context["runAsNonRoot"] is True and context["runAsUser"] != 0
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["readOnlyRootFilesystem"] is True and context["allowPrivilegeEscalation"] is False
