@@ -1,5 +1,10 @@
 """Grafana dashboards, built with grafanalib from the config's SLOs, saturation threshold and lead time.
 
+Every threshold line that mirrors an alert reads the value the alert reads: the config's `alerting:` section
+(drift ratio, fleet headroom floor, VRAM growth limit, the saturation gate, hold and trend window, the exporter's
+job, the runbook) and the horizon and gate that `rules` derives from it, so a line sits exactly where its alert
+fires.
+
 Three dashboards, each answering one kind of question:
 
 - `plimsoll-fleet`: how much room is left per model across every node, what saturates first, which SLOs burn,
@@ -10,10 +15,10 @@ Three dashboards, each answering one kind of question:
 - `plimsoll-capacity-plan`: the capacity model's breakdown per target (weights, KV bytes per token, activation,
   overhead, KV capacity engine vs model), for the people who size the fleet.
 
-Queries use only the daemon's own series (README "Metrics"), never recording rules, so the dashboards work the
-moment Prometheus scrapes a daemon. One panel is the exception and says so in its title: the daemon exports SLI
-counters, not latency histograms, so latency quantiles come from vLLM's own `vllm:*_bucket` series
-(`ENGINE_HISTOGRAM_PANEL`).
+Queries use only the daemon's own series (README "Metrics") and Prometheus' `up` of its scrape jobs, never recording
+rules, so the dashboards work the moment Prometheus scrapes a daemon. One panel is the exception and says so in its
+title: the daemon exports SLI counters, not latency histograms, so latency quantiles come from vLLM's own
+`vllm:*_bucket` series (`ENGINE_HISTOGRAM_PANEL`).
 
 Every query filters on the dashboard variables with regex matchers (`instance=~"$node"`, `target=~"$target"`,
 `model=~"$model"`; "All" is `.*`) and rates over `$__rate_interval`. `queries(config)` lists every panel's
@@ -36,13 +41,12 @@ from grafanalib._gen import DashboardEncoder
 
 from exporter.config import Config, SloConfig
 from exporter.generate import Artifact
+from exporter.generate.rules import duration, saturation_gate_ratio, saturation_horizon_seconds
 from exporter.slo import burn_rate_factors
 
 SCHEMA_VERSION = 39  # Grafana 10.3+/11: no migration runs on load
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 TAGS = ["plimsoll"]
-# A capacity-model miss worth a look: the engine's KV pool more than 10% away from the model's prediction.
-DRIFT_RATIO = 0.10
 ENGINE_HISTOGRAM_PANEL = "Latency at the objective's quantile, from vLLM's own histograms"
 # What `render` puts in place of each dashboard variable: every value, and a rate window Prometheus accepts.
 RENDER_DEFAULTS: Mapping[str, str] = {"node": ".*", "model": ".*", "target": ".*", "__rate_interval": "5m"}
@@ -302,13 +306,27 @@ def _bargauge(
 
 
 def _eta_thresholds(config: Config) -> list[dict[str, Any]]:
-    """Red inside the lead time (the "saturation ahead" alert's horizon), orange within twice it."""
-    lead = config.lead_time_seconds
-    return _steps(("red", None), ("orange", lead), ("green", 2 * lead))
+    """Red inside the "saturation ahead" alert's horizon, orange within twice it."""
+    horizon = saturation_horizon_seconds(config)
+    return _steps(("red", None), ("orange", horizon), ("green", 2 * horizon))
+
+
+def _horizon_text(config: Config) -> str:
+    hold = config.alerting.saturation_ahead_for_seconds
+    return (
+        f"{_seconds_text(saturation_horizon_seconds(config))} (the lead time, "
+        f"{_seconds_text(config.lead_time_seconds)}, plus the alert's {_seconds_text(hold)} hold)"
+    )
 
 
 def _usage_thresholds(config: Config) -> list[dict[str, Any]]:
-    return _steps(("green", None), ("red", config.saturation_kv_usage))
+    """Orange above the gate where a rising trend may page, red at the saturation threshold."""
+    return _steps(("green", None), ("orange", saturation_gate_ratio(config)), ("red", config.saturation_kv_usage))
+
+
+def _headroom_thresholds(config: Config) -> list[dict[str, Any]]:
+    """Red under the floor of the fleet headroom alert."""
+    return _steps(("red", None), ("green", config.alerting.fleet_headroom_min_requests))
 
 
 def _place(sections: Iterable[tuple[str | None, Sequence[tuple[g.Panel, int, int]]]]) -> list[g.Panel]:
@@ -365,7 +383,7 @@ def _variables() -> list[g.Template]:
     return variables
 
 
-def _dashboard(uid: str, title: str, description: str, panels: list[g.Panel]) -> g.Dashboard:
+def _dashboard(uid: str, title: str, description: str, panels: list[g.Panel], runbook_url: str) -> g.Dashboard:
     return g.Dashboard(
         title=title,
         uid=uid,
@@ -373,7 +391,17 @@ def _dashboard(uid: str, title: str, description: str, panels: list[g.Panel]) ->
         tags=TAGS,
         panels=panels,
         templating=g.Templating(list=_variables()),
-        links=[g.DashboardLink(title="Plimsoll", tags=TAGS, asDropdown=True, includeVars=True, keepTime=True)],
+        links=[
+            g.DashboardLink(title="Plimsoll", tags=TAGS, asDropdown=True, includeVars=True, keepTime=True),
+            g.DashboardLink(
+                title="Runbook",
+                type="link",
+                uri=runbook_url,
+                tooltip="What each Plimsoll alert means and what to do",
+                targetBlank=True,
+                keepTime=False,
+            ),
+        ],
         time=g.Time("now-6h", "now"),
         refresh="30s",
         timezone="browser",
@@ -459,9 +487,10 @@ def fleet(config: Config) -> g.Dashboard:
         (
             _stat(
                 "Daemons reporting",
-                "Plimsoll daemons Prometheus has a current sample from (one per node as a DaemonSet). A node missing "
-                "here is a node whose headroom nobody sees.",
-                f"count(plimsoll_build_info{{{NODE}}}) or vector(0)",
+                "Plimsoll daemons Prometheus scrapes successfully (up == 1 on the jobs matching "
+                f"{config.alerting.exporter_job}, which PlimsollExporterAbsent watches; one per node as a DaemonSet). "
+                "A node missing here is a node whose headroom nobody sees.",
+                f'count(up{{job=~"{config.alerting.exporter_job}", {NODE}}} == 1) or vector(0)',
                 "short",
                 _steps(("red", None), ("green", 1)),
             ),
@@ -472,8 +501,8 @@ def fleet(config: Config) -> g.Dashboard:
             _stat(
                 "Soonest saturation",
                 "The shortest time until any engine instance's KV usage reaches the saturation threshold "
-                f"({_percent_text(config.saturation_kv_usage)}) at its current trend. Red inside the alert lead time "
-                f"({_seconds_text(config.lead_time_seconds)}); 'never' when every trend is flat or falling.",
+                f"({_percent_text(config.saturation_kv_usage)}) at its current trend. Red inside the horizon of the "
+                f"'saturation ahead' alert, {_horizon_text(config)}; 'never' when every trend is flat or falling.",
                 f"min(plimsoll_saturation_eta_seconds{{{ENGINE}}})",
                 "s",
                 _eta_thresholds(config),
@@ -500,10 +529,12 @@ def fleet(config: Config) -> g.Dashboard:
             _bargauge(
                 "Headroom per model now (requests of p95 size)",
                 "Per model, the requests of the observed p95 footprint that still fit across all its replicas "
-                "(sum by model of plimsoll_headroom_requests). A model near 0 needs replicas before load grows.",
+                "(sum by model of plimsoll_headroom_requests). Red under "
+                f"{_num(config.alerting.fleet_headroom_min_requests)}, where PlimsollFleetHeadroomLow fires: the "
+                "model needs replicas before load grows.",
                 [(f"sum by (model) ({p95_headroom})", "{{model}}")],
                 "short",
-                _steps(("red", None), ("green", 1)),
+                _headroom_thresholds(config),
             ),
             8,
             8,
@@ -524,12 +555,14 @@ def fleet(config: Config) -> g.Dashboard:
             _timeseries(
                 "Headroom per model (requests)",
                 "Requests of the observed mean and p95 footprint that still fit, summed over every replica of each "
-                "model. Plan against p95: the mean overstates room when request sizes vary.",
+                "model. Plan against p95: the mean overstates room when request sizes vary. The line is the floor "
+                f"of PlimsollFleetHeadroomLow ({_num(config.alerting.fleet_headroom_min_requests)} p95 requests).",
                 [
                     (f"sum by (model) ({p95_headroom})", "{{model}} p95"),
                     (f'sum by (model) (plimsoll_headroom_requests{{{ENGINE}, footprint="mean"}})', "{{model}} mean"),
                 ],
                 "short",
+                thresholds=_headroom_thresholds(config),
                 minimum=0,
             ),
             8,
@@ -542,8 +575,8 @@ def fleet(config: Config) -> g.Dashboard:
                 title="Time to saturation per model and target",
                 description="For each model and target, the time until KV usage reaches the saturation threshold "
                 f"({_percent_text(config.saturation_kv_usage)}) at the current trend (a robust slope over the last "
-                f"minutes). Red inside the lead time ({_seconds_text(config.lead_time_seconds)}), when the "
-                "'saturation ahead' alert fires; 'never' when flat or falling.",
+                f"minutes). Red inside {_horizon_text(config)}, where the 'saturation ahead' alert looks; 'never' "
+                "when flat or falling.",
                 dataSource=DATASOURCE,
                 targets=[
                     _q(
@@ -576,7 +609,8 @@ def fleet(config: Config) -> g.Dashboard:
             _timeseries(
                 "KV usage per model (fullest replica)",
                 "The highest KV-cache usage among each model's replicas, against the saturation threshold "
-                f"({_percent_text(config.saturation_kv_usage)}, the line). Above it the engine queues or preempts.",
+                f"({_percent_text(config.saturation_kv_usage)}, the red line). Above it the engine queues or preempts; "
+                f"above the orange line ({_percent_text(saturation_gate_ratio(config))}) a rising trend may page.",
                 [(f"max by (model) (plimsoll_kv_cache_usage_ratio{{{ENGINE}}})", "{{model}}")],
                 "percentunit",
                 thresholds=_usage_thresholds(config),
@@ -611,16 +645,18 @@ def fleet(config: Config) -> g.Dashboard:
                 8,
             )
         )
+    drift_ratio = config.alerting.capacity_drift_ratio
     drift = (
         _timeseries(
             "Capacity model drift per target",
             "(engine KV capacity - model KV capacity) / model capacity for every engine instance with a model. "
-            f"Beyond ±{_percent_text(DRIFT_RATIO)} (the lines) the engine allocated a pool the model did not predict: "
+            f"Beyond ±{_percent_text(drift_ratio)} (the lines, where PlimsollCapacityModelDrift fires) the engine "
+            "allocated a pool the model did not predict: "
             "a different gpu_memory_utilization or max_num_seqs than configured, another tenant on the GPU, or a "
             "model miss. Plans and predicted headroom are only as good as this.",
             [(f"plimsoll_model_capacity_error_ratio{{{ENGINE}}}", "{{model}} {{target}} {{dp_rank}}")],
             "percentunit",
-            thresholds=_steps(("red", None), ("green", -DRIFT_RATIO), ("red", DRIFT_RATIO)),
+            thresholds=_steps(("red", None), ("green", -drift_ratio), ("red", drift_ratio)),
         ),
         12 if slos else 24,
         8,
@@ -638,6 +674,7 @@ def fleet(config: Config) -> g.Dashboard:
                 ("SLOs and capacity model", [*slos, drift]),
             ]
         ),
+        config.alerting.runbook_url,
     )
 
 
@@ -699,15 +736,26 @@ def _engine_histogram_panel(config: Config) -> g.TimeSeries:
 
 def instance(config: Config) -> g.Dashboard:
     engine_legend = "{{instance}} {{target}} {{dp_rank}}"
+    trend_window = config.alerting.saturation_trend_window_seconds
+    horizon = saturation_horizon_seconds(config)
+    growth = config.alerting.vram_growth_bytes_per_hour
     kv = [
         (
             _timeseries(
                 "KV cache usage vs saturation threshold",
                 "KV-cache usage each engine reports (0..1), against the configured saturation threshold "
-                f"({_percent_text(config.saturation_kv_usage)}, the line) and the threshold the daemon uses now "
-                "(plimsoll loadtest may calibrate it). Above the threshold requests queue and get preempted.",
+                f"({_percent_text(config.saturation_kv_usage)}, the red line) and the threshold the daemon uses now "
+                "(plimsoll loadtest may calibrate it). Above the threshold requests queue and get preempted. The "
+                f"'projected' series: the linear trend over {_seconds_text(trend_window)} projected "
+                f"{_seconds_text(horizon)} ahead, as the "
+                "'saturation ahead' alert reads it above the orange gate.",
                 [
                     (f"plimsoll_kv_cache_usage_ratio{{{ENGINE}}}", engine_legend),
+                    (
+                        f"predict_linear(plimsoll_kv_cache_usage_ratio{{{ENGINE}}}[{duration(trend_window)}], "
+                        f"{_num(horizon)})",
+                        f"projected {engine_legend}",
+                    ),
                     (
                         f"max by (instance) (plimsoll_saturation_threshold_ratio{{{NODE}}})",
                         "threshold in use {{instance}}",
@@ -742,7 +790,8 @@ def instance(config: Config) -> g.Dashboard:
             _stat(
                 "Time to saturation",
                 "Per target, the shortest time until KV usage reaches the saturation threshold at the current trend. "
-                f"Red inside the lead time ({_seconds_text(config.lead_time_seconds)}); 'never' when flat or falling.",
+                f"Red inside {_horizon_text(config)}, where the 'saturation ahead' alert looks; 'never' when flat "
+                "or falling.",
                 f"min by (instance, target) (plimsoll_saturation_eta_seconds{{{ENGINE}}})",
                 "s",
                 _eta_thresholds(config),
@@ -913,6 +962,19 @@ def instance(config: Config) -> g.Dashboard:
             8,
         ),
         (
+            _timeseries(
+                "Unexplained VRAM growth per GPU (per hour)",
+                "How fast unexplained GPU memory grows: the least-squares slope over the last hour, per hour. Above "
+                f"the line ({_num(growth)} bytes per hour) PlimsollVRAMUnexplainedGrowing fires after 15m: a leak in "
+                "the engine or another tenant on the GPU.",
+                [(f"deriv(plimsoll_vram_unexplained_bytes{{{NODE}}}[1h]) * 3600", "{{instance}} GPU {{gpu}}")],
+                "bytes",
+                thresholds=_steps(("green", None), ("red", growth)),
+            ),
+            12,
+            8,
+        ),
+        (
             _bargauge(
                 "GPU memory used (share of total)",
                 "Memory in use on each GPU as a share of its total (NVML).",
@@ -945,6 +1007,7 @@ def instance(config: Config) -> g.Dashboard:
                 ("GPU memory", gpu),
             ]
         ),
+        config.alerting.runbook_url,
     )
 
 
@@ -1110,6 +1173,7 @@ def capacity_plan(config: Config) -> g.Dashboard:
                 ("GPUs", gpus),
             ]
         ),
+        config.alerting.runbook_url,
     )
 
 

@@ -5,9 +5,11 @@
 for the test that runs them against a real Prometheus.
 
 What comes from the config: each SLO's latency threshold and objective and the SLO period (the burn-rate factors,
-derived by `exporter.slo.burn_rate_factors`), the KV-usage saturation threshold and the lead time. What does not
-(module constants below, documented in rules/RUNBOOK.md): the gate under which no trend pages, the fleet headroom
-floor, the drift and VRAM-growth limits, the `for` durations, and the exporter's job name.
+derived by `exporter.slo.burn_rate_factors`), the KV-usage saturation threshold and the lead time, and the
+`alerting:` section (README "Alerts"), which the dashboards read too: the runbook URL, the exporter's job regex, the
+PrometheusRule's labels, the gate under which no trend pages with its hold and trend window, the fleet headroom
+floor, and the drift and VRAM-growth limits. The other `for` durations are fixed here (documented in
+rules/RUNBOOK.md).
 
 Label conventions the expressions rely on: engine series carry `target`, `engine`, `model`, `dp_rank`; Prometheus
 adds `job` and `instance` at scrape time. The daemon runs one per node (DaemonSet or systemd), so `instance` (the
@@ -21,36 +23,12 @@ from typing import Any
 
 import yaml
 
-from exporter.config import Config, SloConfig
+from exporter.config import AlertingConfig, Config, SloConfig
 from exporter.generate import Artifact
 from exporter.slo import BurnWindow, burn_rate_factors
 
 RULES_PATH = "rules/plimsoll.rules.yaml"
 PROMETHEUS_RULE_PATH = "deploy/kubernetes/prometheusrule.yaml"
-
-# Where runbook_url points: rules/RUNBOOK.md with the alert's name, lowercased, as the anchor. Point it at your own
-# copy (a fork, an internal wiki) by changing this constant and running `plimsoll generate`.
-RUNBOOK_URL = "https://github.com/plimsoll-dev/plimsoll/blob/main/rules/RUNBOOK.md"
-
-# The scrape job(s) of the daemon. Plain scrape configs usually name it `plimsoll`; prometheus-operator names a
-# PodMonitor's job `<namespace>/<podmonitor>` and a ServiceMonitor's after the Service, hence the regex on both sides.
-EXPORTER_JOB_REGEX = ".*plimsoll.*"
-
-# "Saturation ahead" needs usage above this share of the threshold (0.6 x 0.90 = 54%): a trend from a nearly empty
-# cache is too noisy to page on, and above the gate a trend reaching the threshold within the lead time still
-# leaves time to act.
-SATURATION_GATE_FRACTION = 0.6
-# The hold of "saturation ahead" (one spike does not page); the trend horizon is lead time + this hold, so that an
-# alert that fired after the hold still has the full lead time before saturation at a steady trend.
-SATURATION_AHEAD_FOR_SECONDS = 300.0
-# predict_linear's window: long enough that one scrape barely moves the fit.
-SATURATION_TREND_WINDOW_SECONDS = 1800.0
-# Fewer requests of p95 footprint than this fitting across all replicas of a model: scale out.
-FLEET_HEADROOM_MIN_REQUESTS = 10
-# |engine KV capacity - model KV capacity| / model KV capacity above this: misconfiguration or a co-tenant.
-CAPACITY_DRIFT_RATIO = 0.2
-# Unexplained VRAM growing faster than this (least-squares slope over 1 h): a leak or another tenant.
-VRAM_GROWTH_BYTES_PER_HOUR = 2 * 1024**3
 
 GROUP_SLI = "plimsoll-sli.rules"
 GROUP_FLEET = "plimsoll-fleet.rules"
@@ -89,20 +67,47 @@ def _percent(ratio: float) -> str:
     return f"{ratio * 100:.6g}%"
 
 
-def _runbook(alert: str) -> str:
-    return f"{RUNBOOK_URL}#{alert.lower()}"
+def _size(num_bytes: float) -> str:
+    """Bytes as people write them in the config: 2GiB, 512MiB, 1000B."""
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if num_bytes >= size:
+            return f"{num_bytes / size:.3g}{unit}"
+    return f"{num_bytes:g}B"
 
 
 def _alert(
-    name: str, expr: str, for_seconds: float, severity: str, summary: str, description: str, **labels: str
+    alerting: AlertingConfig,
+    name: str,
+    expr: str,
+    for_seconds: float,
+    severity: str,
+    summary: str,
+    description: str,
+    **labels: str,
 ) -> dict[str, Any]:
     return {
         "alert": name,
         "expr": expr,
         "for": duration(for_seconds),
         "labels": {"severity": severity, **labels},
-        "annotations": {"summary": summary, "description": description, "runbook_url": _runbook(name)},
+        # The alert's name, lowercased, is its heading's anchor in rules/RUNBOOK.md.
+        "annotations": {
+            "summary": summary,
+            "description": description,
+            "runbook_url": f"{alerting.runbook_url}#{name.lower()}",
+        },
     }
+
+
+def saturation_horizon_seconds(config: Config) -> float:
+    """How far ahead "saturation ahead" looks: the lead time plus the alert's hold, so that an alert that fired
+    after the hold still leaves the full lead time before saturation at a steady trend."""
+    return config.lead_time_seconds + config.alerting.saturation_ahead_for_seconds
+
+
+def saturation_gate_ratio(config: Config) -> float:
+    """KV usage under which no trend pages: a trend from a nearly empty cache is too noisy to act on."""
+    return config.alerting.saturation_gate_fraction * config.saturation_kv_usage
 
 
 def sli_windows(config: Config) -> list[float]:
@@ -182,16 +187,16 @@ def _fleet_group() -> dict[str, Any]:
 
 
 def _capacity_group(config: Config) -> dict[str, Any]:
+    alerting = config.alerting
     threshold = config.saturation_kv_usage
     lead = config.lead_time_seconds
-    horizon = lead + SATURATION_AHEAD_FOR_SECONDS
-    gate = SATURATION_GATE_FRACTION * threshold
-    t, h, g = _number(threshold), _number(horizon), _number(gate)
+    t, h, g = _number(threshold), _number(saturation_horizon_seconds(config)), _number(saturation_gate_ratio(config))
     # Unset, any request waiting counts; a queue calibrated by `plimsoll loadtest` is the depth the engine still
     # met its SLOs at.
     queue = _number(config.saturation_queue or 0)
-    trend = duration(SATURATION_TREND_WINDOW_SECONDS)
+    trend = duration(alerting.saturation_trend_window_seconds)
     ahead = _alert(
+        alerting,
         "PlimsollKVCacheSaturationAhead",
         (
             f"plimsoll_kv_cache_usage_ratio > {g}\n"
@@ -202,7 +207,7 @@ def _capacity_group(config: Config) -> dict[str, Any]:
             f"  predict_linear(plimsoll_kv_cache_usage_ratio[{trend}], {h}) > {t}\n"
             ")\n"
         ),
-        SATURATION_AHEAD_FOR_SECONDS,
+        alerting.saturation_ahead_for_seconds,
         "page",
         f"{_ENGINE}: KV cache reaches {_percent(threshold)} within about {duration(lead)}",
         f"The KV cache of {_ENGINE} {_WHERE} is {{{{ $value | humanizePercentage }}}} full and rising: at the "
@@ -210,6 +215,7 @@ def _capacity_group(config: Config) -> dict[str, Any]:
         "after which requests queue and get preempted. Scale out or shed load now.",
     )
     saturated = _alert(
+        alerting,
         "PlimsollKVCacheSaturated",
         (
             f"plimsoll_kv_cache_usage_ratio >= {t}\n"
@@ -228,6 +234,7 @@ def _capacity_group(config: Config) -> dict[str, Any]:
         "shed load, or lower max_num_seqs / max_model_len.",
     )
     preemptions = _alert(
+        alerting,
         "PlimsollPreemptions",
         "increase(plimsoll_preemptions_total[5m]) > 0\n",
         600,
@@ -236,40 +243,45 @@ def _capacity_group(config: Config) -> dict[str, Any]:
         f"{_ENGINE} {_WHERE} preempted {{{{ $value | humanize }}}} requests in the last 5m, continuously for 10m: "
         "the KV cache runs out and running requests are evicted and recomputed.",
     )
+    floor = _number(alerting.fleet_headroom_min_requests)
+    drift_ratio = alerting.capacity_drift_ratio
+    growth = alerting.vram_growth_bytes_per_hour
     headroom = _alert(
+        alerting,
         "PlimsollFleetHeadroomLow",
-        f'{headroom_requests_record()}{{footprint="p95"}} < {FLEET_HEADROOM_MIN_REQUESTS}\n',
+        f'{headroom_requests_record()}{{footprint="p95"}} < {floor}\n',
         900,
         "ticket",
-        "{{ $labels.model }}: fewer than "
-        f"{FLEET_HEADROOM_MIN_REQUESTS} more p95-size requests fit across the fleet",
+        f"{{{{ $labels.model }}}}: fewer than {floor} more p95-size requests fit across the fleet",
         "Across all replicas of {{ $labels.model }}, only {{ $value | humanize }} more requests of the p95 "
-        f"footprint fit in the KV caches (floor: {FLEET_HEADROOM_MIN_REQUESTS}), for 15m. Scale out this model.",
+        f"footprint fit in the KV caches (floor: {floor}), for 15m. Scale out this model.",
     )
     drift = _alert(
+        alerting,
         "PlimsollCapacityModelDrift",
         (
-            f"plimsoll_model_capacity_error_ratio > {_number(CAPACITY_DRIFT_RATIO)}\n"
+            f"plimsoll_model_capacity_error_ratio > {_number(drift_ratio)}\n"
             "or\n"
-            f"plimsoll_model_capacity_error_ratio < -{_number(CAPACITY_DRIFT_RATIO)}\n"
+            f"plimsoll_model_capacity_error_ratio < -{_number(drift_ratio)}\n"
         ),
         1800,
         "info",
-        f"{_ENGINE}: the engine's KV pool differs from the capacity model by over {_percent(CAPACITY_DRIFT_RATIO)}",
+        f"{_ENGINE}: the engine's KV pool differs from the capacity model by over {_percent(drift_ratio)}",
         f"The KV pool that {_ENGINE} {_WHERE} allocated differs from what Plimsoll's capacity model predicts for its "
         "configured deployment by {{ $value | humanizePercentage }} (engine - model, relative to the model). "
         "Check gpu_memory_utilization, max_model_len, kv_cache_dtype and tensor_parallel in the config, and "
         "whether another process shares the GPU.",
     )
     vram = _alert(
+        alerting,
         "PlimsollVRAMUnexplainedGrowing",
-        f"deriv(plimsoll_vram_unexplained_bytes[1h]) * 3600 > {_number(VRAM_GROWTH_BYTES_PER_HOUR)}\n",
+        f"deriv(plimsoll_vram_unexplained_bytes[1h]) * 3600 > {_number(growth)}\n",
         900,
         "ticket",
         "GPU {{ $labels.gpu }} on {{ $labels.instance }}: memory the capacity model does not explain keeps growing",
         "Memory on GPU {{ $labels.gpu }} (node {{ $labels.instance }}) that the capacity models of its targets do "
         "not explain grows by {{ $value | humanize1024 }}B per hour (1h trend; limit "
-        f"{VRAM_GROWTH_BYTES_PER_HOUR // 1024**3}GiB/h): a memory leak in the engine, or another tenant on the GPU.",
+        f"{_size(growth)}/h): a memory leak in the engine, or another tenant on the GPU.",
     )
     return {"name": GROUP_CAPACITY, "rules": [ahead, saturated, preemptions, headroom, drift, vram]}
 
@@ -293,6 +305,7 @@ def _slo_group(config: Config) -> dict[str, Any]:
             factor = _number(window.factor)
             rules.append(
                 _alert(
+                    config.alerting,
                     "PlimsollSLOErrorBudgetBurn",
                     (
                         f"{error_ratio_record(window.long_window_seconds)}{selector} {compare}\n"
@@ -316,8 +329,9 @@ def _slo_group(config: Config) -> dict[str, Any]:
     return {"name": GROUP_SLO, "rules": rules}
 
 
-def _exporter_group() -> dict[str, Any]:
+def _exporter_group(alerting: AlertingConfig) -> dict[str, Any]:
     down = _alert(
+        alerting,
         "PlimsollTargetDown",
         "plimsoll_target_up == 0\n",
         300,
@@ -327,6 +341,7 @@ def _exporter_group() -> dict[str, Any]:
         "its capacity and SLO alerts are blind. The engine is down, or its /metrics is unreachable or unreadable.",
     )
     nvml = _alert(
+        alerting,
         "PlimsollNVMLDown",
         "plimsoll_nvml_up == 0\n",
         600,
@@ -336,12 +351,13 @@ def _exporter_group() -> dict[str, Any]:
         "GPU, or nvml disabled): engine metrics still flow, but per-GPU VRAM and unexplained memory are missing.",
     )
     absent = _alert(
+        alerting,
         "PlimsollExporterAbsent",
-        f'absent(up{{job=~"{EXPORTER_JOB_REGEX}"}} == 1)\nor\nabsent(plimsoll_build_info)\n',
+        f'absent(up{{job=~"{alerting.exporter_job}"}} == 1)\nor\nabsent(plimsoll_build_info)\n',
         600,
         "ticket",
         "No Plimsoll exporter is being scraped",
-        f'For 10m no scrape job matching job=~"{EXPORTER_JOB_REGEX}" has been up, or no plimsoll_build_info series '
+        f'For 10m no scrape job matching job=~"{alerting.exporter_job}" has been up, or no plimsoll_build_info series '
         "exists: every Plimsoll alert is blind. The daemon is down, or Prometheus does not scrape it (under that "
         "job name).",
     )
@@ -357,7 +373,7 @@ def groups(config: Config) -> list[dict[str, Any]]:
     found.append(_capacity_group(config))
     if config.slos:
         found.append(_slo_group(config))
-    found.append(_exporter_group())
+    found.append(_exporter_group(config.alerting))
     return found
 
 
@@ -398,25 +414,27 @@ def _header(config: Config) -> str:
     )
 
 
+def prometheus_rule_labels(config: Config) -> dict[str, str]:
+    """The PrometheusRule's labels: the app's name and `alerting.rule_labels` (what the operator's ruleSelector
+    matches; the config's win on a clash). The ServiceMonitor and PodMonitor carry the same."""
+    return {"app.kubernetes.io/name": "plimsoll", **dict(config.alerting.rule_labels)}
+
+
 def _prometheus_rule(config: Config) -> str:
     resource = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {
             "name": "plimsoll",
-            "labels": {
-                "app.kubernetes.io/name": "plimsoll",
-                "app.kubernetes.io/component": "alerting-rules",
-                "release": "kube-prometheus-stack",
-            },
+            "labels": {"app.kubernetes.io/component": "alerting-rules", **prometheus_rule_labels(config)},
         },
         "spec": {"groups": groups(config)},
     }
     return (
         _header(config) + "#\n"
-        "# The `release` label is what kube-prometheus-stack's Prometheus selects rules by (its ruleSelector matches\n"
-        "# `release: <Helm release name>`): set it to your release's name, or drop it where the Prometheus selects\n"
-        "# every PrometheusRule (Helm value prometheus.prometheusSpec.ruleSelectorNilUsesHelmValues: false).\n"
+        "# The labels past app.kubernetes.io/* come from alerting.rule_labels in the config: kube-prometheus-stack's\n"
+        "# Prometheus selects rules by `release: <Helm release name>`. Set it to your release's name, or to {} where\n"
+        "# the Prometheus selects every PrometheusRule (Helm value ruleSelectorNilUsesHelmValues: false).\n"
         "# No namespace is set: apply it with -n, or set it with kustomize.\n" + _dump(resource)
     )
 

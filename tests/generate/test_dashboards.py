@@ -13,13 +13,27 @@ import pytest
 from exporter.collector import SnapshotCollector
 from exporter.config import Config, SloConfig, load_config
 from exporter.generate import dashboards
+from exporter.generate.rules import saturation_gate_ratio
 from exporter.snapshot import Snapshot
 from exporter.sources.nvml import NvmlSnapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "plimsoll.example.yaml"
 MODERN_TYPES = {"timeseries", "stat", "gauge", "bargauge", "table"}
-PROMQL_FUNCTIONS = {"sum", "min", "max", "count", "group", "rate", "histogram_quantile", "vector"}
+PROMQL_FUNCTIONS = {
+    "sum",
+    "min",
+    "max",
+    "count",
+    "group",
+    "rate",
+    "histogram_quantile",
+    "vector",
+    "predict_linear",
+    "deriv",
+}
+# Prometheus' own series, read where a panel mirrors an alert on the daemons' scrape jobs.
+PROMETHEUS_SERIES = {"up"}
 PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset"}
 
 
@@ -160,7 +174,7 @@ def test_queries_use_only_metric_names_the_daemon_exports(example):
     assert {"plimsoll_kv_cache_usage_ratio", "plimsoll_preemptions_total", "plimsoll_build_info"} <= exported
     engine_native = set()
     for dashboard, title, expr in dashboards.queries(example):
-        unknown = metric_names(expr) - exported
+        unknown = metric_names(expr) - exported - PROMETHEUS_SERIES
         if title == dashboards.ENGINE_HISTOGRAM_PANEL:
             assert all(name.startswith("vllm:") for name in unknown), expr
             engine_native |= unknown
@@ -247,12 +261,12 @@ def test_saturation_threshold_is_on_every_kv_usage_panel(example, kv_usage):
     assert len(usage_panels) == 3
     for panel in usage_panels:
         values = {v for values, _ in threshold_steps(panel) for v in values}
-        assert values == {kv_usage}, panel["title"]
+        assert values == {saturation_gate_ratio(config), kv_usage}, panel["title"]
         if panel["type"] == "timeseries":
-            assert drawn_lines(panel) == {kv_usage}
+            assert drawn_lines(panel) == {saturation_gate_ratio(config), kv_usage}
 
 
-def test_time_to_saturation_shows_never_for_inf_and_turns_red_inside_the_lead_time(example):
+def test_time_to_saturation_shows_never_for_inf_and_turns_red_inside_the_alert_horizon(example):
     config = replace(example, lead_time_seconds=600.0)
     eta_panels = [
         panel
@@ -265,7 +279,8 @@ def test_time_to_saturation_shows_never_for_inf_and_turns_red_inside_the_lead_ti
         assert defaults["unit"] == "s"
         steps = defaults["thresholds"]["steps"]
         assert [s["color"] for s in steps] == ["red", "orange", "green"]
-        assert [s["value"] for s in steps[1:]] == [600.0, 1200.0]
+        # The lead time plus the alert's 5m hold: where "saturation ahead" looks.
+        assert [s["value"] for s in steps[1:]] == [900.0, 1800.0]
         (mapping,) = defaults["mappings"]
         assert mapping["type"] == "value"
         assert {key: value["text"] for key, value in mapping["options"].items()} == {

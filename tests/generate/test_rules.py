@@ -97,7 +97,7 @@ def test_every_alert_has_severity_hold_summary_description_and_a_runbook_section
         annotations = rule["annotations"]
         assert annotations["summary"].strip() and annotations["description"].strip(), rule["alert"]
         url = annotations["runbook_url"]
-        assert url.startswith(f"{rules.RUNBOOK_URL}#"), url
+        assert url.startswith(f"{example_config.alerting.runbook_url}#"), url
         assert url.rsplit("#", 1)[1] in anchors, f"{rule['alert']}: no section for {url} in rules/RUNBOOK.md"
 
 
