@@ -369,3 +369,103 @@ def test_any_file_sd_document_gives_targets_or_a_config_error_never_another_exce
         assert all(problem.startswith("sd.yaml: ") for problem in error.problems)
     else:
         assert all(target.url.startswith(("http://", "https://")) for target in targets)
+
+
+ALERTING = """
+alerting:
+  runbook_url: https://wiki.example.com/plimsoll/runbook
+  exporter_job: "monitoring/plimsoll-.*"
+  rule_labels: {release: prom-stack, team: inference}
+  fleet_headroom_min_requests: 25
+  capacity_drift_ratio: 0.15
+  vram_growth_per_hour: 512MiB
+  saturation_gate_fraction: 0.5
+  saturation_ahead_for: 2m
+  saturation_trend_window: 1h
+"""
+
+
+def test_the_alerting_section_becomes_one_frozen_object_with_its_units_parsed():
+    alerting = parse_config(ALERTING, "config.yaml", environ={}).alerting
+    assert alerting.runbook_url == "https://wiki.example.com/plimsoll/runbook"
+    assert alerting.exporter_job == "monitoring/plimsoll-.*"
+    assert alerting.rule_labels == (("release", "prom-stack"), ("team", "inference"))
+    assert alerting.fleet_headroom_min_requests == 25 and alerting.capacity_drift_ratio == 0.15
+    assert alerting.vram_growth_bytes_per_hour == 512 * 1024**2
+    assert alerting.saturation_gate_fraction == 0.5
+    assert (alerting.saturation_ahead_for_seconds, alerting.saturation_trend_window_seconds) == (120, 3600)
+    with pytest.raises(AttributeError):
+        alerting.runbook_url = "x"  # type: ignore[misc]
+
+
+def test_alerting_defaults_are_the_values_the_rules_had_as_constants():
+    alerting = parse_config("{}", "empty.yaml", environ={}).alerting
+    assert alerting.runbook_url == "https://github.com/plimsoll-dev/plimsoll/blob/main/rules/RUNBOOK.md"
+    assert alerting.exporter_job == ".*plimsoll.*"
+    assert alerting.rule_labels == (("release", "kube-prometheus-stack"),)
+    assert alerting.fleet_headroom_min_requests == 10 and alerting.capacity_drift_ratio == 0.2
+    assert alerting.vram_growth_bytes_per_hour == 2 * 1024**3 and alerting.saturation_gate_fraction == 0.6
+    assert (alerting.saturation_ahead_for_seconds, alerting.saturation_trend_window_seconds) == (300, 1800)
+
+
+def test_empty_rule_labels_leave_only_the_app_labels_for_a_prometheus_that_selects_every_rule():
+    assert parse_config("alerting: {rule_labels: {}}", "c.yaml", environ={}).alerting.rule_labels == ()
+
+
+def test_every_bad_alerting_value_is_reported_in_one_pass_naming_its_field():
+    report = check_config(
+        """
+alerting:
+  runbook_url: RUNBOOK.md
+  exporter_job: "plimsoll("
+  rule_labels: {release: 7}
+  fleet_headroom_min_requests: -3
+  capacity_drift_ratio: 2
+  vram_growth_per_hour: 0
+  saturation_gate_fraction: 1.5
+  saturation_ahead_for: 5
+  saturation_trend_window: soon
+  runbook: x
+""",
+        "c.yaml",
+        environ={},
+    )
+    by_field = {problem.split(": ")[1]: problem for problem in report.problems}
+    assert set(by_field) == {
+        "alerting.runbook",
+        "alerting.runbook_url",
+        "alerting.exporter_job",
+        "alerting.rule_labels",
+        "alerting.fleet_headroom_min_requests",
+        "alerting.capacity_drift_ratio",
+        "alerting.vram_growth_per_hour",
+        "alerting.saturation_gate_fraction",
+        "alerting.saturation_ahead_for",
+        "alerting.saturation_trend_window",
+    }
+    assert "not an http(s) URL" in by_field["alerting.runbook_url"]
+    assert "not a regex" in by_field["alerting.exporter_job"]
+    assert "release: 7 is a number, not text (quote it)" in by_field["alerting.rule_labels"]
+    assert "(0 or more)" in by_field["alerting.fleet_headroom_min_requests"]
+    assert "2 is not a ratio between 0 and 1" in by_field["alerting.capacity_drift_ratio"]
+    assert "more than zero" in by_field["alerting.vram_growth_per_hour"]
+    assert "write 5s" in by_field["alerting.saturation_ahead_for"]
+    assert "unknown field" in by_field["alerting.runbook"]
+    assert report.config.alerting == parse_config("{}", "empty.yaml", environ={}).alerting  # bad fields: defaults
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("runbook_url", "https://example.com/RUNBOOK.md#top", "#fragment"),
+        ("exporter_job", '"plimsoll"', "without quotes or backslashes"),
+        ("rule_labels", "[release]", "expected a map"),
+        ("rule_labels", "{release: {name: x}}", "is a map, not text"),
+        ("rule_labels", "{release: 'has space'}", "not a Kubernetes label value"),
+        ("rule_labels", "{'bad key': x}", "not a Kubernetes label name"),
+    ],
+)
+def test_alerting_values_a_generated_file_could_not_hold_are_refused(field, value, said):
+    document = f"alerting:\n  {field}: {value}\n" if field != "exporter_job" else f"alerting:\n  {field}: '{value}'\n"
+    (problem,) = check_config(document, "c.yaml", environ={}).problems
+    assert problem.startswith(f"c.yaml: alerting.{field}: ") and said in problem, problem

@@ -41,3 +41,23 @@ def test_a_different_objective_changes_the_rules(tmp_path):
     text = (tmp_path / "rules" / "plimsoll.rules.yaml").read_text()
     assert "0.999" in text or "0.001" in text
     assert "0.25" in (tmp_path / "dashboards" / "plimsoll-instance.json").read_text()
+
+
+def test_an_alerting_section_points_the_rules_and_dashboards_at_the_same_runbook_and_drift_ratio(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("alerting: {runbook_url: 'https://wiki.example.com/fork/RUNBOOK', capacity_drift_ratio: 0.33}\n")
+    assert main(["generate", "--config", str(config), "--out", str(tmp_path)]) == 0
+    rules = (tmp_path / "rules" / "plimsoll.rules.yaml").read_text()
+    fleet = (tmp_path / "dashboards" / "plimsoll-fleet.json").read_text()
+    assert "runbook_url: https://wiki.example.com/fork/RUNBOOK#plimsolltargetdown" in rules
+    assert '"url": "https://wiki.example.com/fork/RUNBOOK"' in fleet
+    assert "plimsoll_model_capacity_error_ratio > 0.33" in rules
+    assert '"value": 0.33' in fleet and '"value": -0.33' in fleet
+
+
+def test_a_bad_alerting_value_is_named_and_nothing_is_written(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("alerting: {capacity_drift_ratio: 2}\n")
+    assert main(["generate", "--config", str(config), "--out", str(tmp_path / "out")]) != 0
+    assert "alerting.capacity_drift_ratio: 2 is not a ratio between 0 and 1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from exporter.collector import SnapshotCollector
 from exporter.config import Config, SloConfig, load_config
-from exporter.generate import dashboards
+from exporter.generate import dashboards, rules
 from exporter.generate.rules import saturation_gate_ratio
 from exporter.snapshot import Snapshot
 from exporter.sources.nvml import NvmlSnapshot
@@ -324,3 +325,98 @@ def test_committed_dashboards_match_the_example_config(example):
         assert committed.read_text() == item.text, (
             f"{item.path} is stale: regenerate with plimsoll generate --config deploy/plimsoll.example.yaml --out ."
         )
+
+
+# One value, read by the alert and by the dashboard line that mirrors it: each knob of `alerting:` set to a value
+# found nowhere else, then found in both outputs.
+
+
+def with_alerting(config: Config, **knobs: Any) -> Config:
+    return replace(config, alerting=replace(config.alerting, **knobs))
+
+
+def alert(config: Config, name: str) -> dict[str, Any]:
+    (found,) = [r for g in rules.groups(config) for r in g["rules"] if r.get("alert") == name]
+    return found
+
+
+def test_runbook_url_is_in_every_alert_and_linked_from_every_dashboard(example):
+    url = "https://wiki.example.com/ops/plimsoll"
+    config = with_alerting(example, runbook_url=url)
+    for group in rules.groups(config):
+        for rule in group["rules"]:
+            if "alert" in rule:
+                assert rule["annotations"]["runbook_url"] == f"{url}#{rule['alert'].lower()}"
+    for path, dashboard in built(config).items():
+        assert [link["url"] for link in dashboard["links"] if link["type"] == "link"] == [url], path
+
+
+def test_exporter_job_is_what_the_absent_alert_and_the_daemons_panel_match(example):
+    config = with_alerting(example, exporter_job="monitoring/plim-ds")
+    assert 'up{job=~"monitoring/plim-ds"} == 1' in alert(config, "PlimsollExporterAbsent")["expr"]
+    (expr,) = queries_of(panel_titled(config, "Daemons reporting"))
+    assert 'up{job=~"monitoring/plim-ds", instance=~"$node"} == 1' in expr
+
+
+def test_rule_labels_label_the_prometheus_rule_and_replace_the_default_release(example):
+    # No dashboard counterpart: these select the PrometheusRule (and the monitors), they are not a threshold.
+    config = with_alerting(example, rule_labels=(("prometheus", "ops"),))
+    (resource,) = [a for a in rules.artifacts(config) if a.path == rules.PROMETHEUS_RULE_PATH]
+    labels = yaml.safe_load(resource.text)["metadata"]["labels"]
+    assert labels == {
+        "app.kubernetes.io/name": "plimsoll",
+        "app.kubernetes.io/component": "alerting-rules",
+        "prometheus": "ops",
+    }
+    assert rules.prometheus_rule_labels(config) == {"app.kubernetes.io/name": "plimsoll", "prometheus": "ops"}
+
+
+def test_fleet_headroom_floor_is_the_alert_and_the_per_model_headroom_lines(example):
+    config = with_alerting(example, fleet_headroom_min_requests=17.0)
+    assert alert(config, "PlimsollFleetHeadroomLow")["expr"].rstrip().endswith("< 17")
+    for title in ("Headroom per model now (requests of p95 size)", "Headroom per model (requests)"):
+        assert threshold_steps(panel_titled(config, title))[0][0] == [17.0], title
+    assert drawn_lines(panel_titled(config, "Headroom per model (requests)")) == {17.0}
+
+
+def test_capacity_drift_ratio_is_the_alert_and_the_drift_lines(example):
+    config = with_alerting(example, capacity_drift_ratio=0.35)
+    expr = alert(config, "PlimsollCapacityModelDrift")["expr"]
+    assert "> 0.35" in expr and "< -0.35" in expr
+    assert drawn_lines(panel_titled(config, "Capacity model drift per target")) == {-0.35, 0.35}
+
+
+def test_vram_growth_limit_is_the_alert_and_the_growth_line(example):
+    config = with_alerting(example, vram_growth_bytes_per_hour=3 * 1024**3)
+    rule = alert(config, "PlimsollVRAMUnexplainedGrowing")
+    assert "* 3600 > 3221225472" in rule["expr"] and "3GiB/h" in rule["annotations"]["description"]
+    panel = panel_titled(config, "Unexplained VRAM growth per GPU (per hour)")
+    assert drawn_lines(panel) == {3 * 1024**3}
+    assert queries_of(panel) == ['deriv(plimsoll_vram_unexplained_bytes{instance=~"$node"}[1h]) * 3600']
+
+
+def test_saturation_gate_is_the_ahead_alert_gate_and_the_orange_kv_usage_line(example):
+    config = with_alerting(replace(example, saturation_kv_usage=0.8), saturation_gate_fraction=0.5)
+    assert alert(config, "PlimsollKVCacheSaturationAhead")["expr"].startswith("plimsoll_kv_cache_usage_ratio > 0.4\n")
+    for title in ("KV usage per model (fullest replica)", "KV cache usage vs saturation threshold"):
+        assert drawn_lines(panel_titled(config, title)) == {0.4, 0.8}, title
+
+
+def test_saturation_hold_sets_the_ahead_alert_for_and_horizon_and_the_eta_red_zone(example):
+    config = with_alerting(example, saturation_ahead_for_seconds=420.0)  # lead 15m + 7m = 1320 s
+    rule = alert(config, "PlimsollKVCacheSaturationAhead")
+    assert rule["for"] == "7m" and "plimsoll_saturation_eta_seconds < 1320" in rule["expr"]
+    for title in ("Soonest saturation", "Time to saturation per model and target", "Time to saturation"):
+        assert threshold_steps(panel_titled(config, title))[0][0] == [1320.0, 2640.0], title
+
+
+def test_saturation_trend_window_is_the_ahead_alert_fit_and_the_projected_usage(example):
+    config = with_alerting(example, saturation_trend_window_seconds=2700.0)
+    assert (
+        "predict_linear(plimsoll_kv_cache_usage_ratio[45m], 1200)"
+        in alert(config, "PlimsollKVCacheSaturationAhead")["expr"]
+    )
+    projected = [
+        e for e in queries_of(panel_titled(config, "KV cache usage vs saturation threshold")) if "predict" in e
+    ]
+    assert projected == [f"predict_linear(plimsoll_kv_cache_usage_ratio{{{dashboards.ENGINE}}}[45m], 1200)"]
