@@ -114,6 +114,31 @@ class AlertingConfig:
 
 
 @dataclass(frozen=True)
+class ScaledWorkload:
+    """One Kubernetes workload serving one model, scaled on the replicas its demand needs."""
+
+    model: str  # the `model` label its engine series carry: demand and capacity are joined on it
+    kind: str  # Deployment | StatefulSet
+    name: str
+    namespace: str
+    min_replicas: int
+    max_replicas: int
+    startup_seconds: float  # from scheduling to serving: scale-up cannot be faster
+    knee_concurrency: int | None  # requests one replica holds within its SLOs; None: the capacity model stands in
+
+
+@dataclass(frozen=True)
+class AutoscalingConfig:
+    """README "Autoscaling rules": what the replicas-needed rules and the generated scalers read."""
+
+    prometheus: str | None  # the address KEDA and prometheus-adapter query
+    margin: float  # the share of a replica's capacity to plan on
+    demand_window_seconds: float  # peak demand over this drives the replicas needed
+    overprovisioned_for_seconds: float
+    workloads: tuple[ScaledWorkload, ...]
+
+
+@dataclass(frozen=True)
 class Config:
     listen: str = DEFAULT_LISTEN
     poll_interval_seconds: float = 5.0
@@ -136,6 +161,9 @@ class Config:
     saturation_queue: float | None = None
     lead_time_seconds: float = 900.0
     alerting: AlertingConfig = field(default_factory=AlertingConfig)
+    autoscaling: AutoscalingConfig | None = None
+    # Price of one GPU-hour by GPU type (a preset or NVML product name), sorted pairs so the config stays hashable.
+    gpu_hour_prices: tuple[tuple[str, float], ...] = ()
     nvml: bool = True
     source: str = "<defaults>"
 
@@ -727,6 +755,144 @@ def _alerting(r: _Reader, raw: Any) -> AlertingConfig:
     )
 
 
+_AUTOSCALING_FIELDS = ("prometheus", "margin", "demand_window", "overprovisioned_for", "workloads")
+_WORKLOAD_FIELDS = (
+    "model",
+    "kind",
+    "name",
+    "namespace",
+    "min_replicas",
+    "max_replicas",
+    "startup",
+    "knee_concurrency",
+)
+WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+# A Kubernetes object name (DNS-1123 subdomain) and namespace (DNS-1123 label).
+_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _model_label(value: Any) -> str:
+    """A `model` label value, written inside a PromQL string: no quote or backslash."""
+    text = _text("the model label its engine series carry, such as meta-llama/Llama-3.1-8B-Instruct")(value)
+    if not text or any(c in text for c in '"\\\n'):
+        raise ValueError(f"{_shown(text)} must be a non-empty model label without quotes, backslashes or newlines")
+    return text
+
+
+def _kubernetes_name(pattern: re.Pattern[str], what: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        text = _text(what)(value)
+        if not pattern.match(text):
+            raise ValueError(f"{_shown(text)} is not {what} (lowercase letters, digits and '-')")
+        return text
+
+    return check
+
+
+def _workload(r: _Reader, raw: Any, path: str) -> ScaledWorkload | None:
+    data = r.mapping(raw, path)
+    r.unknown(data, path, _WORKLOAD_FIELDS)
+    p = f"{path}."
+    for key in ("model", "name", "namespace", "max_replicas"):
+        if data.get(key) is None:
+            r.fail(f"{p}{key}", "missing (every workload needs model, name, namespace and max_replicas)")
+    model = r.convert(data, "model", p, _model_label, None)
+    name = r.convert(data, "name", p, _kubernetes_name(_OBJECT_NAME, "a Kubernetes object name"), None)
+    namespace = r.convert(data, "namespace", p, _kubernetes_name(_NAMESPACE, "a Kubernetes namespace"), None)
+    # At least 1: an HPA cannot scale to zero (without a feature gate), and an LLM replica takes minutes to start.
+    min_replicas = r.convert(data, "min_replicas", p, _positive_int, 1)
+    max_replicas = r.convert(data, "max_replicas", p, _positive_int, None)
+    if max_replicas is not None and min_replicas > max_replicas:
+        r.fail(f"{p}min_replicas", f"{min_replicas} is above max_replicas {max_replicas}")
+    workload = ScaledWorkload(
+        model=model,
+        kind=r.convert(data, "kind", p, _choice(WORKLOAD_KINDS), "Deployment"),
+        name=name,
+        namespace=namespace,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        startup_seconds=r.convert(data, "startup", p, validate_duration, 300.0),
+        knee_concurrency=r.convert(data, "knee_concurrency", p, _positive_int, None),
+    )
+    return None if None in (model, name, namespace, max_replicas) else workload
+
+
+def _workloads(r: _Reader, raw: Any, demand_window_seconds: float) -> tuple[ScaledWorkload, ...]:
+    path = "autoscaling.workloads"
+    if not isinstance(raw, list) or not raw:
+        r.fail(path, "expected a list of at least one workload (model, kind, name, namespace, max_replicas, ...)")
+        return ()
+    found: list[ScaledWorkload] = []
+    objects: dict[tuple[str, str, str], str] = {}
+    models: dict[str, str] = {}
+    for i, entry in enumerate(raw):
+        where = f"{path}[{i}]"
+        workload = _workload(r, entry, where)
+        if workload is None:
+            continue
+        key = (workload.namespace, workload.kind, workload.name)
+        if key in objects:
+            r.fail(f"{where}.name", f"{workload.kind} {workload.namespace}/{workload.name} is also {objects[key]}")
+        elif workload.model in models:
+            # Demand is summed per model label: two workloads of one model could not be told apart.
+            r.fail(f"{where}.model", f"{workload.model!r} is also the model of {models[workload.model]}")
+        if workload.startup_seconds > demand_window_seconds:
+            r.fail(
+                f"{where}.startup",
+                f"{workload.startup_seconds:g}s is longer than autoscaling.demand_window "
+                f"({demand_window_seconds:g}s): the peak would be forgotten before a new replica serves; "
+                "lengthen demand_window",
+            )
+        objects.setdefault(key, where)
+        models.setdefault(workload.model, where)
+        found.append(workload)
+    return tuple(found)
+
+
+def _autoscaling(r: _Reader, raw: Any) -> AutoscalingConfig | None:
+    if raw is None:
+        return None
+    data = r.mapping(raw, "autoscaling")
+    r.unknown(data, "autoscaling", _AUTOSCALING_FIELDS)
+    p = "autoscaling."
+    demand_window = r.convert(data, "demand_window", p, validate_duration, 600.0)
+    return AutoscalingConfig(
+        prometheus=r.convert(data, "prometheus", p, validate_url, None),
+        margin=r.convert(data, "margin", p, _ratio, 0.8),
+        demand_window_seconds=demand_window,
+        overprovisioned_for_seconds=r.convert(data, "overprovisioned_for", p, validate_duration, 86400.0),
+        workloads=_workloads(r, data.get("workloads"), demand_window),
+    )
+
+
+def _gpu_hour_prices(value: Any) -> tuple[tuple[str, float], ...]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a map of GPU type to price per GPU-hour (H100-80GB: 2.49), got {value_kind(value)}")
+    problems, prices = [], []
+    for gpu, price in value.items():
+        if not isinstance(gpu, str) or not gpu.strip():
+            problems.append(f"{_shown(gpu)} is not a GPU type (a preset or NVML product name)")
+            continue
+        try:
+            number = _number(price, "a price per GPU-hour")
+        except ValueError as error:
+            problems.append(f"{gpu}: {error}")
+            continue
+        if number <= 0:
+            problems.append(f"{gpu}: {_shown(price)} is not a price (more than 0 per GPU-hour)")
+        prices.append((gpu, number))
+    if problems:
+        raise ValueError("; ".join(problems))
+    return tuple(sorted(prices))
+
+
+def _pricing(r: _Reader, raw: Any) -> tuple[tuple[str, float], ...]:
+    data = r.mapping(raw, "pricing")
+    r.unknown(data, "pricing", ("gpu_hour",))
+    return r.convert(data, "gpu_hour", "pricing.", _gpu_hour_prices, ())
+
+
 _TOP_FIELDS = (
     "listen",
     "poll_interval",
@@ -743,6 +909,8 @@ _TOP_FIELDS = (
     "saturation",
     "discovery",
     "alerting",
+    "autoscaling",
+    "pricing",
     "nvml",
 )
 
@@ -790,6 +958,8 @@ def check_config(text: str, source: str, environ: Mapping[str, str] | None = Non
         saturation_queue=r.convert(saturation, "queue", "saturation.", _request_count, None),
         lead_time_seconds=r.convert(saturation, "lead_time", "saturation.", validate_duration, 900.0),
         alerting=_alerting(r, data.get("alerting")),
+        autoscaling=_autoscaling(r, data.get("autoscaling")),
+        gpu_hour_prices=_pricing(r, data.get("pricing")),
         nvml=r.convert(data, "nvml", "", validate_boolean, True),
         source=source,
     )

@@ -9,9 +9,11 @@ from hypothesis import strategies as st
 
 from exporter.config import (
     DEFAULT_PORT,
+    AutoscalingConfig,
     BasicAuth,
     Config,
     ConfigError,
+    ScaledWorkload,
     check_config,
     load_config,
     parse_config,
@@ -469,3 +471,112 @@ def test_alerting_values_a_generated_file_could_not_hold_are_refused(field, valu
     document = f"alerting:\n  {field}: {value}\n" if field != "exporter_job" else f"alerting:\n  {field}: '{value}'\n"
     (problem,) = check_config(document, "c.yaml", environ={}).problems
     assert problem.startswith(f"c.yaml: alerting.{field}: ") and said in problem, problem
+
+
+AUTOSCALING = """
+autoscaling:
+  prometheus: http://prometheus-operated.monitoring:9090
+  margin: 0.7
+  demand_window: 15m
+  overprovisioned_for: 12h
+  workloads:
+    - {model: meta-llama/Llama-3.1-8B-Instruct, kind: StatefulSet, name: vllm-llama-8b, namespace: inference,
+       min_replicas: 2, max_replicas: 8, startup: 5m, knee_concurrency: 24}
+    - {model: tiny-llama, name: vllm-tiny, namespace: demo, max_replicas: 3}
+pricing:
+  gpu_hour: {L40S: 0.99, H100-80GB: 2.49}
+"""
+
+
+def test_the_autoscaling_and_pricing_sections_become_frozen_objects_with_defaults_for_what_is_left_out():
+    config = parse_config(AUTOSCALING, "config.yaml", environ={})
+    assert config.autoscaling == AutoscalingConfig(
+        prometheus="http://prometheus-operated.monitoring:9090",
+        margin=0.7,
+        demand_window_seconds=900.0,
+        overprovisioned_for_seconds=43200.0,
+        workloads=(
+            ScaledWorkload(
+                "meta-llama/Llama-3.1-8B-Instruct", "StatefulSet", "vllm-llama-8b", "inference", 2, 8, 300.0, 24
+            ),
+            ScaledWorkload("tiny-llama", "Deployment", "vllm-tiny", "demo", 1, 3, 300.0, None),
+        ),
+    )
+    assert config.gpu_hour_prices == (("H100-80GB", 2.49), ("L40S", 0.99))
+    hash(config)
+
+
+def test_without_the_sections_there_is_no_autoscaling_and_no_price():
+    config = parse_config("{}", "c.yaml", environ={})
+    assert config.autoscaling is None and config.gpu_hour_prices == ()
+    defaults = parse_config("autoscaling: {workloads: [{model: m, name: m, namespace: n, max_replicas: 1}]}", "c", {})
+    assert defaults.autoscaling is not None
+    assert (defaults.autoscaling.prometheus, defaults.autoscaling.margin) == (None, 0.8)
+    assert (defaults.autoscaling.demand_window_seconds, defaults.autoscaling.overprovisioned_for_seconds) == (
+        600,
+        86400,
+    )
+
+
+def test_every_bad_autoscaling_and_pricing_value_is_reported_in_one_pass_naming_its_field():
+    report = check_config(
+        """
+autoscaling:
+  prometheus: prometheus:9090
+  margin: 80
+  demand_window: 4m
+  overprovisioned_for: 5
+  replicas: 3
+  workloads:
+    - {model: 'a"b', kind: Pod, name: Bad_Name, namespace: inference, min_replicas: 3, max_replicas: 8,
+       knee_concurrency: 0}
+    - {model: m, name: x, namespace: ns, min_replicas: 3, max_replicas: 2, startup: 2m}
+    - {model: other, name: x, namespace: ns, max_replicas: 2, startup: 5m}
+    - {model: m, name: y, namespace: ns, max_replicas: 2, startup: 1m}
+    - {model: z, namespace: NS}
+pricing:
+  gpu_hour: {H100-80GB: 2.49, L40S: -1, A10: cheap}
+  currency: EUR
+""",
+        "c.yaml",
+        environ={},
+    )
+    by_field = {}
+    for problem in report.problems:
+        by_field.setdefault(problem.split(": ")[1], []).append(problem)
+    assert set(by_field) == {
+        "autoscaling.prometheus",
+        "autoscaling.margin",
+        "autoscaling.overprovisioned_for",
+        "autoscaling.replicas",
+        "autoscaling.workloads[0].model",
+        "autoscaling.workloads[0].kind",
+        "autoscaling.workloads[0].name",
+        "autoscaling.workloads[0].knee_concurrency",
+        "autoscaling.workloads[1].min_replicas",
+        "autoscaling.workloads[2].name",
+        "autoscaling.workloads[2].startup",
+        "autoscaling.workloads[3].model",
+        "autoscaling.workloads[4].name",
+        "autoscaling.workloads[4].namespace",
+        "autoscaling.workloads[4].max_replicas",
+        "pricing.gpu_hour",
+        "pricing.currency",
+    }
+    said = {field: " ".join(problems) for field, problems in by_field.items()}
+    assert "did you mean 0.8?" in said["autoscaling.margin"]
+    assert "without quotes" in said["autoscaling.workloads[0].model"]
+    assert "not one of Deployment, StatefulSet" in said["autoscaling.workloads[0].kind"]
+    assert "3 is above max_replicas 2" in said["autoscaling.workloads[1].min_replicas"]
+    assert "Deployment ns/x is also autoscaling.workloads[1]" in said["autoscaling.workloads[2].name"]
+    assert "longer than autoscaling.demand_window" in said["autoscaling.workloads[2].startup"]
+    assert "'m' is also the model of autoscaling.workloads[1]" in said["autoscaling.workloads[3].model"]
+    assert "missing" in said["autoscaling.workloads[4].name"]
+    assert "not a Kubernetes namespace" in said["autoscaling.workloads[4].namespace"]
+    assert "L40S: -1 is not a price" in said["pricing.gpu_hour"] and "A10: 'cheap'" in said["pricing.gpu_hour"]
+
+
+@pytest.mark.parametrize("workloads", ["[]", "none-here", "{model: m}"])
+def test_autoscaling_without_a_list_of_workloads_says_what_a_workload_needs(workloads):
+    (problem,) = check_config(f"autoscaling:\n  workloads: {workloads}\n", "c.yaml", environ={}).problems
+    assert problem.startswith("c.yaml: autoscaling.workloads: expected a list of at least one workload"), problem

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from exporter.config import AlertingConfig, Config, SloConfig
+from exporter.config import AlertingConfig, AutoscalingConfig, Config, ScaledWorkload, SloConfig
 from exporter.generate import Artifact
 from exporter.slo import BurnWindow, burn_rate_factors
 
@@ -35,6 +35,15 @@ GROUP_FLEET = "plimsoll-fleet.rules"
 GROUP_CAPACITY = "plimsoll-capacity.alerts"
 GROUP_SLO = "plimsoll-slo.alerts"
 GROUP_EXPORTER = "plimsoll-exporter.alerts"
+GROUP_AUTOSCALING = "plimsoll-autoscaling.rules"
+GROUP_AUTOSCALING_ALERTS = "plimsoll-autoscaling.alerts"
+
+# The replica rules' names: engineer B's KEDA and HPA manifests (exporter/generate/autoscaling.py) query them.
+DEMAND_RECORD = "model:plimsoll_demand_requests:sum"
+DEMAND_PEAK_RECORD = "model:plimsoll_demand_requests:peak"
+CAPACITY_RECORD = "model:plimsoll_replica_capacity_requests"
+RUNNING_RECORD = "model:plimsoll_replicas_running:count"
+NEEDED_RECORD = "model:plimsoll_replicas_needed"
 
 _ENGINE = "{{ $labels.model }} on {{ $labels.target }}"
 _WHERE = "(node {{ $labels.instance }}{{ if $labels.dp_rank }}, dp_rank {{ $labels.dp_rank }}{{ end }})"
@@ -364,6 +373,82 @@ def _exporter_group(alerting: AlertingConfig) -> dict[str, Any]:
     return {"name": GROUP_EXPORTER, "rules": [down, nvml, absent]}
 
 
+def capacity_source(workload: ScaledWorkload) -> str:
+    """Where a replica's capacity comes from: the measured knee, else the capacity model (the `source` label)."""
+    return "knee" if workload.knee_concurrency is not None else "model"
+
+
+def _capacity_rule(workload: ScaledWorkload, margin: float) -> dict[str, Any]:
+    labels = {"model": workload.model, "source": capacity_source(workload)}
+    if workload.knee_concurrency is not None:
+        expr = f"vector({_number(workload.knee_concurrency * margin)})\n"
+    else:
+        # What one engine's KV pool holds of the p95 request footprint, averaged over the model's engines.
+        selector = f'model="{workload.model}"'
+        expr = (
+            "avg by (model) (\n"
+            f'  plimsoll_kv_cache_capacity_tokens{{source="engine", {selector}}}\n'
+            "  / ignoring (source, footprint)\n"
+            f'  plimsoll_request_footprint_tokens{{footprint="p95", {selector}}}\n'
+            f") * {_number(margin)}\n"
+        )
+    return {"record": CAPACITY_RECORD, "expr": expr, "labels": labels}
+
+
+def _needed_rule(workload: ScaledWorkload) -> dict[str, Any]:
+    selector = f'{{model="{workload.model}"}}'
+    return {
+        "record": NEEDED_RECORD,
+        "expr": (
+            "clamp_max(\n"
+            "  clamp_min(\n"
+            f"    ceil({DEMAND_PEAK_RECORD}{selector} / on (model) {CAPACITY_RECORD}{selector}),\n"
+            f"    {workload.min_replicas}\n"
+            "  ),\n"
+            f"  {workload.max_replicas}\n"
+            ")\n"
+        ),
+        "labels": {"source": capacity_source(workload)},
+    }
+
+
+def _autoscaling_group(autoscaling: AutoscalingConfig) -> dict[str, Any]:
+    """Demand, capacity, and the replicas running and needed, per model: one rule set for scaling up, scaling
+    down and the over-provisioning ticket."""
+    rules: list[dict[str, Any]] = [
+        {
+            "record": DEMAND_RECORD,
+            "expr": "sum by (model) (plimsoll_requests_running + plimsoll_requests_waiting)",
+        },
+        {
+            "record": DEMAND_PEAK_RECORD,
+            "expr": f"max_over_time({DEMAND_RECORD}[{duration(autoscaling.demand_window_seconds)}])",
+        },
+        {"record": RUNNING_RECORD, "expr": "count by (model) (plimsoll_requests_running)"},
+    ]
+    rules.extend(_capacity_rule(w, autoscaling.margin) for w in autoscaling.workloads)
+    rules.extend(_needed_rule(w) for w in autoscaling.workloads)
+    return {"name": GROUP_AUTOSCALING, "rules": rules}
+
+
+def _autoscaling_alerts(alerting: AlertingConfig, autoscaling: AutoscalingConfig) -> dict[str, Any]:
+    window = duration(autoscaling.overprovisioned_for_seconds)
+    demand_window = duration(autoscaling.demand_window_seconds)
+    over = _alert(
+        alerting,
+        "PlimsollOverProvisioned",
+        f"{RUNNING_RECORD} - on (model) {NEEDED_RECORD} > 0\n",
+        autoscaling.overprovisioned_for_seconds,
+        "ticket",
+        f"{{{{ $labels.model }}}}: more replicas than its peak demand needs, for {window}",
+        "{{ $labels.model }} has run more replicas than its peak demand needs for all of the last "
+        f"{window}: {{{{ $value }}}} replicas could go now. Needed is the peak of running + waiting requests over "
+        f"{demand_window} over one replica's capacity ({CAPACITY_RECORD}), never under min_replicas; lower "
+        "min_replicas, or check that the scaler scales down.",
+    )
+    return {"name": GROUP_AUTOSCALING_ALERTS, "rules": [over]}
+
+
 def groups(config: Config) -> list[dict[str, Any]]:
     """The rule groups, as the data a Prometheus rule file holds."""
     found = []
@@ -374,6 +459,9 @@ def groups(config: Config) -> list[dict[str, Any]]:
     if config.slos:
         found.append(_slo_group(config))
     found.append(_exporter_group(config.alerting))
+    if config.autoscaling is not None:
+        found.append(_autoscaling_group(config.autoscaling))
+        found.append(_autoscaling_alerts(config.alerting, config.autoscaling))
     return found
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.config import Config, SloConfig, load_config
+from exporter.config import AutoscalingConfig, Config, ScaledWorkload, SloConfig, load_config
 from exporter.generate import rules, stale
 from exporter.slo import burn_rate_factors
 from exporter.units import parse_duration
@@ -37,6 +37,7 @@ ALERTS = {
     "PlimsollTargetDown",
     "PlimsollNVMLDown",
     "PlimsollExporterAbsent",
+    "PlimsollOverProvisioned",
 }
 SLOS = (
     SloConfig("ttft", 0.5, 0.99),
@@ -123,8 +124,9 @@ def test_recording_rules_follow_level_metric_operations(example_config):
     for group in _groups(example_config):
         for rule in group["rules"]:
             if "record" in rule:
-                level, metric, operations = rule["record"].split(":")
-                assert level and operations, rule["record"]
+                # The operations part is left out where there is none (a constant, a clamp of other records).
+                level, metric, *operations = rule["record"].split(":")
+                assert level and len(operations) <= 1 and all(operations), rule["record"]
                 assert metric.startswith("plimsoll_"), rule["record"]
 
 
@@ -245,6 +247,60 @@ def test_committed_rule_files_are_what_the_example_config_generates(example_conf
     )
 
 
+LLAMA = ScaledWorkload("meta-llama/Llama-3.1-8B-Instruct", "Deployment", "vllm-llama", "inference", 2, 6, 300.0, 30)
+TINY = ScaledWorkload("tiny-llama", "StatefulSet", "vllm-tiny", "inference", 1, 3, 120.0, None)
+SCALED = Config(autoscaling=AutoscalingConfig(None, 0.5, 1800.0, 7200.0, (LLAMA, TINY)))
+
+
+def _rules_named(config: Config, name: str) -> list[dict]:
+    return [
+        rule for group in _groups(config) for rule in group["rules"] if name in (rule.get("record"), rule.get("alert"))
+    ]
+
+
+def test_replica_rules_and_the_over_provisioning_ticket_exist_only_with_an_autoscaling_section():
+    names = {group["name"] for group in _groups(Config())}
+    assert rules.GROUP_AUTOSCALING not in names and rules.GROUP_AUTOSCALING_ALERTS not in names
+    assert not _rules_named(Config(), "PlimsollOverProvisioned")
+    scaled = [group["name"] for group in _groups(SCALED)]
+    assert scaled[-2:] == [rules.GROUP_AUTOSCALING, rules.GROUP_AUTOSCALING_ALERTS]
+
+
+def test_demand_is_running_plus_waiting_and_its_peak_spans_the_demand_window():
+    (demand,) = _rules_named(SCALED, rules.DEMAND_RECORD)
+    assert demand["expr"] == "sum by (model) (plimsoll_requests_running + plimsoll_requests_waiting)"
+    (peak,) = _rules_named(SCALED, rules.DEMAND_PEAK_RECORD)
+    assert peak["expr"] == f"max_over_time({rules.DEMAND_RECORD}[30m])"
+
+
+def test_a_knee_gives_a_constant_capacity_of_knee_times_margin_and_no_knee_the_capacity_model():
+    knee, model = _rules_named(SCALED, rules.CAPACITY_RECORD)
+    assert knee["expr"].strip() == "vector(15)"  # 30 requests x margin 0.5
+    assert knee["labels"] == {"model": "meta-llama/Llama-3.1-8B-Instruct", "source": "knee"}
+    assert model["labels"] == {"model": "tiny-llama", "source": "model"}
+    assert 'plimsoll_kv_cache_capacity_tokens{source="engine", model="tiny-llama"}' in model["expr"]
+    assert 'plimsoll_request_footprint_tokens{footprint="p95", model="tiny-llama"}' in model["expr"]
+    assert model["expr"].rstrip().endswith(") * 0.5")
+
+
+def test_replicas_needed_are_clamped_to_each_workload_s_min_and_max_and_say_their_source():
+    llama, tiny = _rules_named(SCALED, rules.NEEDED_RECORD)
+    assert re.sub(r"\s+", "", llama["expr"]) == (
+        'clamp_max(clamp_min(ceil(model:plimsoll_demand_requests:peak{model="meta-llama/Llama-3.1-8B-Instruct"}/on'
+        '(model)model:plimsoll_replica_capacity_requests{model="meta-llama/Llama-3.1-8B-Instruct"}),2),6)'
+    )
+    assert llama["labels"] == {"source": "knee"} and tiny["labels"] == {"source": "model"}
+    assert re.search(r",\s*1\s*\),\s*3\s*\)", tiny["expr"]), tiny["expr"]
+
+
+def test_the_over_provisioning_ticket_holds_for_the_configured_window_and_says_how_many_could_go():
+    (alert,) = _rules_named(SCALED, "PlimsollOverProvisioned")
+    assert alert["for"] == "2h" and alert["labels"]["severity"] == "ticket"
+    assert alert["expr"] == f"{rules.RUNNING_RECORD} - on (model) {rules.NEEDED_RECORD} > 0\n"
+    assert "{{ $value }} replicas could go" in alert["annotations"]["description"]
+    assert "over 30m" in alert["annotations"]["description"]
+
+
 def test_every_alert_has_promtool_tests_that_fire_and_that_stay_quiet():
     fired, quiet = set(), set()
     for path in RULE_TESTS:
@@ -270,7 +326,7 @@ def test_the_fetched_tools_are_recent_enough(prometheus_tools):
 def test_promtool_accepts_the_rules_with_every_lint_fatal(prometheus_tools, example_config, tmp_path):
     odd = Config(slos=(SloConfig("ttft", 0.25, 0.999), SloConfig("e2e", 10.0, 0.9)), slo_period_seconds=7 * 86400.0)
     paths = [RULE_FILE]
-    for name, config in (("example", example_config), ("odd", odd), ("defaults", Config())):
+    for name, config in (("example", example_config), ("odd", odd), ("defaults", Config()), ("scaled", SCALED)):
         path = tmp_path / f"{name}.rules.yaml"
         path.write_text(next(a.text for a in rules.artifacts(config) if a.path == rules.RULES_PATH))
         paths.append(path)
