@@ -418,7 +418,14 @@ def _autoscaling_group(autoscaling: AutoscalingConfig) -> dict[str, Any]:
     rules: list[dict[str, Any]] = [
         {
             "record": DEMAND_RECORD,
-            "expr": "sum by (model) (plimsoll_requests_running + plimsoll_requests_waiting)",
+            # An engine silent about its queue still counts its running requests, rather than dropping out of the
+            # demand (and the replicas needed) altogether.
+            "expr": (
+                "sum by (model) (\n"
+                "  plimsoll_requests_running\n"
+                "  + (plimsoll_requests_waiting or plimsoll_requests_running * 0)\n"
+                ")\n"
+            ),
         },
         {
             "record": DEMAND_PEAK_RECORD,
