@@ -1,4 +1,4 @@
-"""`plimsoll generate`: Prometheus rules, Prometheus Operator monitors and Grafana dashboards built from the config.
+"""`plimsoll generate`: Prometheus rules, Prometheus Operator monitors, scalers and Grafana dashboards from the config.
 
 Each generator returns `Artifact`s (a path relative to the output directory, and its text); this module writes
 them without ever leaving a half-written file (temporary file, then rename) and, for `--check`, says which
@@ -21,9 +21,14 @@ class Artifact:
 
 
 def artifacts(config: Config) -> list[Artifact]:
-    from exporter.generate import dashboards, monitors, rules  # the generators load grafanalib only when asked
+    from exporter.generate import autoscaling, dashboards, monitors, rules  # grafanalib loads only when asked
 
-    return [*rules.artifacts(config), *monitors.artifacts(config), *dashboards.artifacts(config)]
+    return [
+        *rules.artifacts(config),
+        *monitors.artifacts(config),
+        *autoscaling.artifacts(config),
+        *dashboards.artifacts(config),
+    ]
 
 
 def write(items: Iterable[Artifact], out: Path) -> list[Path]:

@@ -1,0 +1,343 @@
+"""The scaler manifests: each signal asks for the replicas the rules say are needed, the KEDA fields are those of its
+documented spec, the HPA validates against Kubernetes' schema, and the lint refuses each known-bad shape."""
+
+import copy
+import dataclasses
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes_validate import validate
+
+from exporter.config import AutoscalingConfig, Config, ConfigError, ScaledWorkload, parse_config
+from exporter.generate import autoscaling, rules, stale
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "deploy" / "plimsoll.example.yaml"
+KUBERNETES_VERSION = "1.30.0"
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+# From KEDA's ScaledObject specification (keda.sh/docs/2.x/reference/scaledobject-spec) and its prometheus scaler
+# page (keda.sh/docs/2.x/scalers/prometheus): the fields the generated files may use.
+SCALED_OBJECT_SPEC = {
+    "scaleTargetRef",
+    "pollingInterval",
+    "cooldownPeriod",
+    "initialCooldownPeriod",
+    "idleReplicaCount",
+    "minReplicaCount",
+    "maxReplicaCount",
+    "fallback",
+    "advanced",
+    "triggers",
+}
+SCALE_TARGET_REF = {"apiVersion", "kind", "name", "envSourceContainerName"}
+ADVANCED = {"restoreToOriginalReplicaCount", "horizontalPodAutoscalerConfig", "scalingModifiers"}
+HPA_CONFIG = {"name", "behavior"}
+TRIGGER = {"type", "metadata", "name", "useCachedMetrics", "authenticationRef", "metricType"}
+PROMETHEUS_METADATA = {
+    "serverAddress",
+    "query",
+    "queryParameters",
+    "threshold",
+    "activationThreshold",
+    "namespace",
+    "customHeaders",
+    "ignoreNullValues",
+    "unsafeSsl",
+    "timeout",
+}
+METRIC_TYPES = {"AverageValue", "Value", "Utilization"}
+
+
+def _workload(**overrides) -> ScaledWorkload:
+    fields = {
+        "model": MODEL,
+        "kind": "Deployment",
+        "name": "vllm-llama-8b",
+        "namespace": "inference",
+        "min_replicas": 1,
+        "max_replicas": 8,
+        "startup_seconds": 300.0,
+        "knee_concurrency": 24,
+    }
+    return ScaledWorkload(**{**fields, **overrides})
+
+
+def _config(*workloads: ScaledWorkload, demand_window_seconds: float = 600.0, **config) -> Config:
+    section = AutoscalingConfig(
+        prometheus="http://prometheus-operated.monitoring:9090",
+        margin=0.8,
+        demand_window_seconds=demand_window_seconds,
+        overprovisioned_for_seconds=86400.0,
+        workloads=workloads or (_workload(),),
+    )
+    return dataclasses.replace(Config(), autoscaling=section, **config)
+
+
+def _documents(config: Config) -> dict[str, dict]:
+    return {item.path: yaml.safe_load(item.text) for item in autoscaling.artifacts(config)}
+
+
+def _scaled_object(config: Config) -> dict:
+    return _documents(config)[f"{autoscaling.DIRECTORY}/vllm-llama-8b-scaledobject.yaml"]
+
+
+def _hpa(config: Config) -> dict:
+    return _documents(config)[f"{autoscaling.DIRECTORY}/vllm-llama-8b-hpa.yaml"]
+
+
+def _hpa_desired(current: int, value: float, trigger: dict) -> int:
+    """The HPA's formula for one metric (KEDA hands AverageValue/Value targets to the HPA unchanged)."""
+    threshold = float(trigger["metadata"]["threshold"])
+    if trigger["metricType"] == "AverageValue":
+        return math.ceil(value / threshold)
+    return math.ceil(current * value / threshold)
+
+
+def test_demand_trigger_asks_for_ceil_of_peak_demand_over_knee_times_margin():
+    (demand, _) = _scaled_object(_config())["spec"]["triggers"]
+    assert demand["metricType"] == "AverageValue"
+    assert demand["metadata"]["query"] == f'sum(model:plimsoll_demand_requests:peak{{model="{MODEL}"}}) or vector(0)'
+    assert demand["metadata"]["threshold"] == "19.2"  # 24 x 0.8
+    # 100 requests at peak over 19.2 per replica: the 6 replicas model:plimsoll_replicas_needed says, from any count.
+    assert {_hpa_desired(current, 100, demand) for current in (1, 3, 9)} == {6}
+
+
+def test_without_a_knee_the_scaler_follows_the_replicas_needed_rule_one_per_replica():
+    (demand, _) = _scaled_object(_config(_workload(knee_concurrency=None)))["spec"]["triggers"]
+    assert demand["metadata"]["query"] == f'sum(model:plimsoll_replicas_needed{{model="{MODEL}"}}) or vector(0)'
+    assert (demand["metricType"], demand["metadata"]["threshold"]) == ("AverageValue", "1")
+    assert _hpa_desired(2, 5, demand) == 5
+
+
+def test_queue_trigger_is_a_value_target_just_above_the_queue_tolerated_at_the_knee():
+    (_, queue) = _scaled_object(_config(saturation_queue=4.0))["spec"]["triggers"]
+    assert queue["metricType"] == "Value"
+    assert queue["metadata"]["query"] == f'max(plimsoll_requests_waiting{{model="{MODEL}"}}) or vector(0)'
+    assert (queue["metadata"]["threshold"], queue["metadata"]["activationThreshold"]) == ("5", "4")
+    # A replica 3x past the target triples the fleet (bounded by the scale-up policy), whatever the fleet's size.
+    assert _hpa_desired(4, 15, queue) == 12
+    (_, unset) = _scaled_object(_config())["spec"]["triggers"]
+    assert unset["metadata"]["threshold"] == "1"  # saturation.queue unset: any request waiting is past the knee
+
+
+def test_scaled_object_uses_only_fields_of_kedas_documented_spec():
+    document = _scaled_object(_config())
+    assert (document["apiVersion"], document["kind"]) == ("keda.sh/v1alpha1", "ScaledObject")
+    spec = document["spec"]
+    assert set(spec) <= SCALED_OBJECT_SPEC
+    assert set(spec["scaleTargetRef"]) <= SCALE_TARGET_REF
+    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm-llama-8b"}
+    assert set(spec["advanced"]) <= ADVANCED and set(spec["advanced"]["horizontalPodAutoscalerConfig"]) <= HPA_CONFIG
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (1, 8)
+    for trigger in spec["triggers"]:
+        assert set(trigger) <= TRIGGER and trigger["type"] == "prometheus" and trigger["metricType"] in METRIC_TYPES
+        assert set(trigger["metadata"]) <= PROMETHEUS_METADATA and "metricName" not in trigger["metadata"]
+        # KEDA's trigger metadata is a map of strings: a bare number is refused.
+        assert all(isinstance(value, str) for value in trigger["metadata"].values())
+        assert trigger["metadata"]["serverAddress"] == "http://prometheus-operated.monitoring:9090"
+    # The HPA's behavior API, which KEDA passes on: validated as part of a real HPA.
+    behavior_holder = copy.deepcopy(_hpa(_config()))
+    behavior_holder["spec"]["behavior"] = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    validate(behavior_holder, KUBERNETES_VERSION, strict=True)
+
+
+def test_hpa_validates_against_the_kubernetes_schema_with_the_same_targets_as_keda():
+    config = _config(_workload(kind="StatefulSet"))
+    hpa = _hpa(config)
+    validate(hpa, KUBERNETES_VERSION, strict=True)
+    assert hpa["spec"]["scaleTargetRef"]["kind"] == "StatefulSet"
+    demand, queue = hpa["spec"]["metrics"]
+    assert demand["external"]["target"] == {"type": "AverageValue", "averageValue": "19200m"}
+    assert queue["external"]["target"] == {"type": "Value", "value": "1000m"}
+
+
+def test_adapter_rules_serve_each_hpa_metric_with_the_query_keda_runs():
+    config = _config(_workload(), _workload(name="vllm-qwen", model="Qwen/Qwen2.5-7B", knee_concurrency=None))
+    documents = _documents(config)
+    rules = {rule["name"]["as"]: rule for rule in documents[autoscaling.ADAPTER_RULES_PATH]["externalRules"]}
+    for name in ("vllm-llama-8b", "vllm-qwen"):
+        hpa = documents[f"{autoscaling.DIRECTORY}/{name}-hpa.yaml"]
+        keda = documents[f"{autoscaling.DIRECTORY}/{name}-scaledobject.yaml"]
+        for metric, trigger in zip(hpa["spec"]["metrics"], keda["spec"]["triggers"], strict=True):
+            rule = rules[metric["external"]["metric"]["name"]]
+            assert rule["metricsQuery"] == trigger["metadata"]["query"]
+            assert rule["resources"] == {"namespaced": False}  # the recording rules carry no namespace label
+            assert rule["seriesQuery"] in rule["metricsQuery"]
+    assert len(rules) == 4
+
+
+def test_scale_up_is_immediate_and_scale_down_one_replica_per_startup_within_kubernetes_limits():
+    scaling = _scaled_object(_config(demand_window_seconds=7200.0))["spec"]["advanced"]
+    behavior = scaling["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleUp"]["stabilizationWindowSeconds"] == 0
+    assert behavior["scaleUp"]["policies"] == [{"type": "Percent", "value": 100, "periodSeconds": 15}]
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 3600  # a 2 h demand window, capped
+    assert behavior["scaleDown"]["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": 300}]
+    short = _scaled_object(_config(_workload(startup_seconds=5.0)))["spec"]["advanced"]
+    assert short["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 600
+    assert short["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["policies"][0]["periodSeconds"] == 60
+
+
+def test_generation_is_deterministic_and_absent_without_an_autoscaling_section():
+    assert autoscaling.artifacts(_config()) == autoscaling.artifacts(_config())
+    assert autoscaling.artifacts(Config()) == []
+
+
+def _bad(mutate) -> list[str]:
+    document = _scaled_object(_config())
+    mutate(document["spec"])
+    return autoscaling.lint([("so.yaml", document)], {MODEL})
+
+
+def _set_query(query: str):
+    def mutate(spec: dict) -> None:
+        spec["triggers"][0]["metadata"]["query"] = query
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (_set_query(f'sum(vllm:time_to_first_token_seconds_sum{{model="{MODEL}"}})'), "AverageValue on a latency"),
+        (_set_query(f'model:plimsoll_demand_requests:peak{{model="{MODEL}"}}'), "more than one element"),
+        (_set_query(f'sum by (pod) (plimsoll_requests_waiting{{model="{MODEL}"}})'), "more than one element"),
+        (_set_query('sum(model:plimsoll_demand_requests:peak{model="llama-8b"})'), 'model="llama-8b", which no'),
+        (lambda spec: spec["triggers"][0]["metadata"].update(metricName="demand"), "metricName is deprecated"),
+        (lambda spec: spec.update(minReplicaCount=9), "min replicas 9 above max replicas 8"),
+        (
+            lambda spec: spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"].update(
+                stabilizationWindowSeconds=3601
+            ),
+            "above 3600",
+        ),
+        (
+            lambda spec: spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"].update(
+                policies=[{"type": "Percent", "value": 100, "periodSeconds": 5}]
+            ),
+            "scaleDown reacts faster than scaleUp",
+        ),
+    ],
+)
+def test_lint_refuses_each_known_bad_scaler_shape_with_its_reason(mutate, reason):
+    (problem,) = _bad(mutate)
+    assert problem.startswith("so.yaml: ") and reason in problem
+
+
+def test_lint_passes_what_is_generated_and_refuses_a_latency_average_in_an_hpa():
+    documents = _documents(_config(_workload(knee_concurrency=None)))
+    assert autoscaling.lint(documents.items(), {MODEL}) == []
+    hpa = documents[f"{autoscaling.DIRECTORY}/vllm-llama-8b-hpa.yaml"]
+    hpa["spec"]["metrics"][0]["external"]["metric"]["name"] = "vllm_ttft_seconds_p95"
+    (problem,) = autoscaling.lint([("hpa.yaml", hpa)], {MODEL})
+    assert problem.startswith("hpa.yaml: metrics[0]: AverageValue on a latency")
+
+
+def test_generate_refuses_a_workload_whose_scaler_would_be_refused():
+    with pytest.raises(ConfigError) as raised:
+        autoscaling.artifacts(_config(_workload(min_replicas=5, max_replicas=2)))
+    assert any("vllm-llama-8b-hpa.yaml: min replicas 5 above max replicas 2" in line for line in raised.value.problems)
+
+
+def test_generate_refuses_two_workloads_of_one_name_whose_scalers_would_overwrite_each_other():
+    with pytest.raises(ConfigError) as raised:
+        autoscaling.artifacts(_config(_workload(), _workload(namespace="other", model="Qwen/Qwen2.5-7B")))
+    (problem,) = raised.value.problems
+    assert problem.startswith("autoscaling.workloads[1].name: 'vllm-llama-8b' is also autoscaling.workloads[0]'s")
+
+
+def test_committed_scalers_are_current_lint_clean_and_the_hpas_valid_kubernetes():
+    config = parse_config(EXAMPLE.read_text(), str(EXAMPLE), environ={})
+    assert config.autoscaling is not None
+    items = autoscaling.artifacts(config)
+    assert stale(items, ROOT) == []
+    committed = {path.relative_to(ROOT).as_posix() for path in (ROOT / autoscaling.DIRECTORY).glob("*.yaml")}
+    assert committed == {item.path for item in items}  # no scaler left behind by a workload since removed
+    documents = [(path, yaml.safe_load((ROOT / path).read_text())) for path in sorted(committed)]
+    assert autoscaling.lint(documents, {workload.model for workload in config.autoscaling.workloads}) == []
+    hpas = [document for _, document in documents if document.get("kind") == "HorizontalPodAutoscaler"]
+    for hpa in hpas:
+        validate(hpa, KUBERNETES_VERSION, strict=True)
+    assert len(hpas) == len(config.autoscaling.workloads)
+
+
+LLAMA, TINY = MODEL, "tiny-llama"
+# Three llama replicas with 30 running and 10, 4, 0 waiting (demand 104); two tiny-llama replicas with 2 running and
+# 2 waiting each (demand 8), each with 4096 KV tokens and a 1024-token p95 footprint (capacity 4 x 0.8 = 3.2).
+FLEET = [
+    *(
+        (f'plimsoll_requests_{what}{{model="{LLAMA}", target="{replica}", instance="{replica}:19842"}}', value)
+        for replica, waiting in (("l-a", 10), ("l-b", 4), ("l-c", 0))
+        for what, value in (("running", 30), ("waiting", waiting))
+    ),
+    *(
+        (f'plimsoll_{name}{{model="{TINY}", target="{replica}", instance="{replica}:19842"{extra}}}', value)
+        for replica in ("t-a", "t-b")
+        for name, extra, value in (
+            ("requests_running", "", 2),
+            ("requests_waiting", "", 2),
+            ("kv_cache_capacity_tokens", ', source="engine"', 4096),
+            ("request_footprint_tokens", ', footprint="p95"', 1024),
+        )
+    ),
+]
+
+
+def test_every_generated_scaler_query_returns_one_element_with_the_replicas_the_rules_need(prometheus_tools, tmp_path):
+    """promtool evaluates the example config's recording rules over a fleet, then each KEDA query (the adapter runs
+    the same text): one element, and the replicas the HPA derives from it equal model:plimsoll_replicas_needed."""
+    config = parse_config(EXAMPLE.read_text(), str(EXAMPLE), environ={})
+    (rule_file,) = [item for item in rules.artifacts(config) if item.path == "rules/plimsoll.rules.yaml"]
+    (tmp_path / "rules.yaml").write_text(rule_file.text)
+    documents = _documents(config)
+    expected = {  # query -> (its value, the replicas model:plimsoll_replicas_needed says)
+        LLAMA: ((104, math.ceil(104 / 19.2)), 10),
+        TINY: ((math.ceil(8 / 3.2), math.ceil(8 / 3.2)), 2),
+    }
+    tests = []
+    for workload in config.autoscaling.workloads:
+        keda = documents[f"{autoscaling.DIRECTORY}/{workload.name}-scaledobject.yaml"]
+        demand, queue = keda["spec"]["triggers"]
+        (demand_value, needed), longest_queue = expected[workload.model]
+        assert _hpa_desired(1, demand_value, demand) == needed
+        tests += [
+            {
+                "expr": demand["metadata"]["query"],
+                "eval_time": "5m",
+                "exp_samples": [{"labels": "{}", "value": demand_value}],
+            },
+            {
+                "expr": queue["metadata"]["query"],
+                "eval_time": "5m",
+                "exp_samples": [{"labels": "{}", "value": longest_queue}],
+            },
+            {
+                "expr": f'sum({rules.NEEDED_RECORD}{{model="{workload.model}"}})',
+                "eval_time": "5m",
+                "exp_samples": [{"labels": "{}", "value": needed}],
+            },
+        ]
+    unit = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": series, "values": f"{value}x10"} for series, value in FLEET],
+                "promql_expr_test": tests,
+            }
+        ],
+    }
+    (tmp_path / "unit.yaml").write_text(yaml.safe_dump(unit, sort_keys=False))
+    result = subprocess.run(
+        [prometheus_tools["promtool"], "test", "rules", "unit.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
