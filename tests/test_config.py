@@ -349,6 +349,16 @@ _DOCUMENT = _fields(
     slos=st.fixed_dictionaries({}, optional={"ttft": _fields(("threshold", "objective"))}),
     saturation=_fields(("kv_usage", "lead_time")),
     discovery=_fields(("files", "scan_local_ports"), kubernetes=_fields(("enabled", "node", "refresh", "api_url"))),
+    autoscaling=_fields(
+        ("prometheus", "margin", "demand_window", "overprovisioned_for", "workloads"),
+        workloads=st.lists(
+            _fields(
+                ("model", "kind", "name", "namespace", "min_replicas", "max_replicas", "startup", "knee_concurrency")
+            ),
+            max_size=2,
+        ),
+    ),
+    pricing=_fields(("gpu_hour",), gpu_hour=st.dictionaries(st.text(max_size=6), _ANY_VALUE, max_size=3)),
 )
 
 
