@@ -5,13 +5,12 @@ them without ever leaving a half-written file (temporary file, then rename) and,
 committed files differ from what the config generates.
 """
 
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.config import Config
+from exporter.files import write_atomically
 
 
 @dataclass(frozen=True)
@@ -32,19 +31,12 @@ def artifacts(config: Config) -> list[Artifact]:
 
 
 def write(items: Iterable[Artifact], out: Path) -> list[Path]:
+    """Each artifact under `out`, atomically and readable by all (Prometheus and Grafana must read them)."""
     written = []
     for item in items:
         target = out / item.path
         target.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-        try:
-            with os.fdopen(handle, "w") as stream:
-                stream.write(item.text)
-            os.chmod(temporary, 0o644)  # mkstemp makes 0600; Prometheus and Grafana must read these
-            os.replace(temporary, target)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_atomically(target, item.text)
         written.append(target)
     return written
 

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from exporter.files import write_atomically
 from exporter.loadtest import report
-from exporter.loadtest.files import write_atomically
 from exporter.loadtest.judge import StepSummary
 from exporter.loadtest.measure import SloSpec
 from exporter.loadtest.model import ModelPrediction

@@ -19,8 +19,8 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
 from exporter.config import ConfigError, check_config, read_config_text
+from exporter.files import write_atomically
 from exporter.generate.rules import duration
-from exporter.loadtest.files import write_atomically
 from exporter.loadtest.judge import StepSummary
 
 DEFAULT_MARGIN = 0.05

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from exporter.loadtest import files
+from exporter import files
 from exporter.loadtest.outputs import KNEE_FIELDS, result_document, write_outputs
 from tests.loadtest import built_steps
 

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from exporter import files
 from exporter.config import check_config, load_config
 from exporter.generate.rules import artifacts
-from exporter.loadtest import files
 from exporter.loadtest.outputs import write_outputs
 from exporter.loadtest.thresholds import ThresholdsError, derive_thresholds, write_thresholds
 from tests.loadtest import built_steps
