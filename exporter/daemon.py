@@ -176,7 +176,6 @@ class TargetFile:
 
     stamp: tuple[int, int, int]  # inode, size, mtime in ns
     targets: tuple[Target, ...]
-    problem: str | None = None  # why the file's current content is not used
 
 
 def _histogram_for(reading: EngineReading, slo_name: str) -> Histogram | None:
@@ -331,7 +330,7 @@ class Daemon:
             except (OSError, ConfigError) as error:
                 kept = known.targets if known is not None else ()
                 log.warning("target file %s not used, keeping its last good %d targets: %s", path, len(kept), error)
-                current[path] = TargetFile(stamp, kept, str(error))
+                current[path] = TargetFile(stamp, kept)
         self._files = current
 
     async def _scan(self) -> None:
