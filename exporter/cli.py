@@ -37,7 +37,8 @@ from exporter.config import (
     validate_listen,
     validate_url,
 )
-from exporter.plan_command import add_deployment_flags, add_plan, deployment_from_args, gpu_for
+from exporter.plan_command import add_plan
+from exporter.plan_flags import add_deployment_flags, deployment_from_args, gpu_for
 from exporter.target_model import model_problems
 
 EXIT_OK = 0

@@ -635,6 +635,7 @@ class Daemon:
                 reading.kv_cache_capacity_tokens, predicted.pool.tokens if predicted else None
             ),
             slos=tuple(slos),
+            kv_usage_history=history.points,
         )
 
     def _model_plan(self, target: Target, reading: EngineReading, gpu: GpuSpec | None) -> CapacityPlan | None:

@@ -9,6 +9,7 @@ from exporter.headroom import Headroom
 from exporter.slo import SloCounter
 from exporter.sources.engines.base import EngineReading
 from exporter.sources.nvml import NvmlSnapshot
+from exporter.trend import Point
 
 # Why a poll of a target failed: the label values of plimsoll_target_poll_failures_total.
 FAILURE_REASONS = (
@@ -42,6 +43,8 @@ class InstanceState:
     model_plan: CapacityPlan | None
     model_capacity_error_ratio: float | None
     slos: tuple[SloState, ...] = ()
+    # KV usage over the last polls, oldest first: the trend the ETA is fitted on, and the status page's sparkline.
+    kv_usage_history: tuple[Point, ...] = ()
 
 
 @dataclass(frozen=True)
