@@ -1,0 +1,31 @@
+"""What a GPU costs: the config's price per GPU-hour (`pricing.gpu_hour`), found by a GPU's preset or NVML name.
+
+Prices are keyed as the user writes them: a preset name or alias ("H100-80GB", "H100") or the product name NVML
+reports ("NVIDIA H100 80GB HBM3"). A key and a GPU that name the same preset are the same GPU, so a price given
+as "H100" also prices the card NVML calls "NVIDIA H100 80GB HBM3".
+"""
+
+from exporter.catalog import CatalogError, find_gpu
+
+GpuHourPrices = tuple[tuple[str, float], ...]  # Config.gpu_hour_prices: sorted (GPU type, price) pairs
+
+
+def _preset(name: str) -> str | None:
+    try:
+        return find_gpu(name).name
+    except CatalogError:
+        return None
+
+
+def gpu_hour_price(prices: GpuHourPrices, gpu_name: str) -> float | None:
+    """The price of one hour of `gpu_name`, or None when no key names it (nor the preset it is)."""
+    for key, price in prices:
+        if key == gpu_name:
+            return price
+    preset = _preset(gpu_name)
+    if preset is None:
+        return None
+    for key, price in prices:
+        if _preset(key) == preset:
+            return price
+    return None
