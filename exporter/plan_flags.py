@@ -14,6 +14,8 @@ def add_deployment_flags(p: argparse._ActionsContainer) -> None:
     p.add_argument("--gpu-memory", type=size_arg, help="GPU memory instead of a preset (80GiB, 81920MiB, bytes)")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size")
     p.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel size")
+    p.add_argument("--dp", type=positive_int, default=1, help="data-parallel size: engines per replica")
+    p.add_argument("--enable-expert-parallel", action="store_true", help="MoE experts split over DP x TP GPUs")
     p.add_argument("--engine", default="vllm", choices=["vllm", "sglang"])
     p.add_argument(
         "--gpu-memory-utilization",
@@ -47,6 +49,8 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
         engine=args.engine,
         tensor_parallel=args.tp,
         pipeline_parallel=args.pp,
+        data_parallel=args.dp,
+        expert_parallel=args.enable_expert_parallel,
         gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=args.max_model_len,
         max_num_batched_tokens=args.max_num_batched_tokens,

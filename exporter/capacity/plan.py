@@ -32,6 +32,11 @@ class Deployment:
     engine: str = "vllm"
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
+    # Engines of one replica, each with its own attention and KV cache (vLLM --data-parallel-size, SGLang --dp).
+    data_parallel: int = 1
+    # MoE experts split over data_parallel x tensor_parallel GPUs instead of tensor-sliced on each
+    # (vLLM --enable-expert-parallel).
+    expert_parallel: bool = False
     gpu_memory_utilization: float | None = None
     max_model_len: int | None = None
     max_num_batched_tokens: int | None = None
