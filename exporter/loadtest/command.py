@@ -30,7 +30,7 @@ from exporter.loadtest.model import mean_footprint_tokens, model_prediction
 from exporter.loadtest.outputs import RunResult, RunSettings, WrittenOutputs, result_document, write_outputs
 from exporter.loadtest.progress import Progress, result_table, summary_lines
 from exporter.loadtest.search import Search, find_knee
-from exporter.loadtest.thresholds import ThresholdsError, write_thresholds
+from exporter.loadtest.thresholds import ReplicaKnee, ThresholdsError, write_thresholds
 from exporter.target_model import model_plan, resolve
 from exporter.units import parse_duration
 
@@ -60,6 +60,7 @@ class LoadtestSettings:
     capacity_plan: CapacityPlan | None  # the capacity model's deployment, from the plan flags or the config
     config_path: Path | None  # --config: the lead time comes from it, and --write updates it
     target: str | None  # the config's target the run is about
+    target_model: str | None  # its `model`: --write gives the knee to the autoscaling workload of that model
     write: bool
     lead_time_seconds: float
 
@@ -175,6 +176,7 @@ def settings_from_args(args: argparse.Namespace, flag_plan: CapacityPlan | None)
         capacity_plan=flag_plan or _config_plan(target),
         config_path=Path(args.config) if args.config else None,
         target=target.name if target is not None else None,
+        target_model=target.model if target is not None else None,
         write=args.write,
         lead_time_seconds=config.lead_time_seconds if config is not None else Config().lead_time_seconds,
     )
@@ -246,19 +248,41 @@ def _paths(written: WrittenOutputs) -> list[str]:
 
 
 def _write_back(settings: LoadtestSettings, result: RunResult, written: WrittenOutputs) -> list[str]:
-    """--write: the measured thresholds into the config file; what happened, as lines for stderr."""
+    """--write: the measured thresholds, and the knee as one replica's capacity, into the config file; what
+    happened, as lines for stderr."""
     if not settings.write or settings.config_path is None:
         return []
+    config = settings.config_path
     if result.interrupted:
-        return [f"--write: {settings.config_path} left unchanged: the run was interrupted"]
+        return [f"--write: {config} left unchanged: the run was interrupted"]
     fragment = result.thresholds.fragment()
-    if fragment is None:
-        return [f"--write: {settings.config_path} left unchanged: no knee with engine readings to calibrate from"]
+    knee = result.search.knee
+    models = tuple(dict.fromkeys(m for m in (settings.target_model, result.settings.model) if m))
+    replica_knee = None if knee is None else ReplicaKnee(knee.concurrency, models)
+    if fragment is None and replica_knee is None:
+        return [f"--write: {config} left unchanged: no knee to calibrate from"]
     try:
-        backup = write_thresholds(settings.config_path, fragment)
+        update = write_thresholds(config, fragment, replica_knee)
     except ThresholdsError as error:
         return [f"--write: {error}"]
-    return [f"updated {settings.config_path} (saturation: {dict(fragment['saturation'])}); previous kept as {backup}"]
+    messages = []
+    if replica_knee is not None and update.knee_workload is None:
+        wanted = " or ".join(f"model: {model}" for model in models)
+        messages.append(
+            f"--write: knee_concurrency {replica_knee.concurrency} not written: no autoscaling workload in {config} "
+            f"has {wanted}; the workload serving this model takes it (add it under autoscaling.workloads, "
+            f'README "Autoscaling rules")'
+        )
+    changes = []
+    if fragment is not None:
+        changes.append(f"saturation: {dict(fragment['saturation'])}")
+    if update.knee_workload is not None and replica_knee is not None:
+        changes.append(f"{update.knee_workload} knee_concurrency: {replica_knee.concurrency}")
+    if update.backup is None:
+        messages.append(f"--write: {config} left unchanged: nothing measured that it can take")
+    else:
+        messages.append(f"updated {config} ({'; '.join(changes)}); previous kept as {update.backup}")
+    return messages
 
 
 def _result(settings: LoadtestSettings, outcome: _Outcome, started_at: str) -> RunResult:

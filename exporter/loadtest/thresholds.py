@@ -1,5 +1,7 @@
 """Alert thresholds from the knee: the KV usage and queue depth at which the server still met its SLOs, as a
-fragment of Plimsoll's config (`saturation:`), written to thresholds.yaml or merged into the user's config.
+fragment of Plimsoll's config (`saturation:`), written to thresholds.yaml or merged into the user's config, with
+the knee itself as one replica's capacity (`autoscaling.workloads[].knee_concurrency` of the workload serving the
+tested model).
 
 KV usage at the knee is lowered by a margin so the alert fires just before the knee rather than at it, and kept
 within [0.5, 0.99]: under half full is no saturation signal, and a full pool is too late. The queue threshold is
@@ -15,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
-from ruamel.yaml.error import YAMLError
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import CommentMark, YAMLError
+from ruamel.yaml.tokens import CommentToken
+from ruamel.yaml.util import load_yaml_guess_indent
 
 from exporter.config import ConfigError, check_config, read_config_text
 from exporter.files import write_atomically
@@ -77,12 +81,30 @@ def render_thresholds_yaml(fragment: Fragment, lead_time_seconds: float, header:
     return "\n".join(lines) + "\n"
 
 
-def write_thresholds(config_path: Path, fragment: Fragment) -> Path:
-    """Set the fragment's keys in the config file in place, keeping its comments and key order; returns the backup.
+@dataclass(frozen=True)
+class ReplicaKnee:
+    """The knee as the capacity of one replica, for the autoscaling workload that serves the tested model."""
+
+    concurrency: int
+    # The model labels the tested server may go by, in the order they are tried: the config target's `model`, then
+    # the model name the requests were sent with (what the engine's series carry as `model`).
+    models: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ConfigUpdate:
+    backup: Path | None  # FILE.bak; None: nothing to set, so the file was not touched
+    knee_workload: str | None  # e.g. "autoscaling.workloads[1] (vllm-tiny-llama)"; None: no workload took the knee
+
+
+def write_thresholds(config_path: Path, fragment: Fragment | None, knee: ReplicaKnee | None = None) -> ConfigUpdate:
+    """Set the fragment's keys, and the knee in the workload of the tested model, in the config file in place.
 
     The file is parsed round-trip (ruamel.yaml), updated, checked with the same validation as `check-config`, then
-    written atomically; the previous version is kept as FILE.bak. Comments inside a flow mapping such as
-    `saturation: {kv_usage: 0.9}` are the one thing ruamel cannot keep; block mappings keep every comment."""
+    written atomically with its own indentation and line lengths; the previous version is kept as FILE.bak.
+    Comments inside a flow mapping such as `saturation: {kv_usage: 0.9}` are the one thing ruamel cannot keep;
+    block mappings keep every comment. A config without a workload for the model gets no `autoscaling:` entry:
+    which Kubernetes workload serves the model is the user's to say."""
     path = config_path.resolve()  # a symlinked config is updated where it lives, not replaced by a plain file
     try:
         original = read_config_text(path)
@@ -92,6 +114,7 @@ def write_thresholds(config_path: Path, fragment: Fragment) -> Path:
     yaml.preserve_quotes = True
     try:
         document = yaml.load(original)
+        _, sequence_indent, sequence_offset = load_yaml_guess_indent(original)
     except YAMLError as error:
         raise ThresholdsError(f"{config_path}: not YAML that can be edited in place ({_first_line(error)})") from None
     if document is None:
@@ -101,7 +124,20 @@ def write_thresholds(config_path: Path, fragment: Fragment) -> Path:
             f"{config_path}: the top level is not a mapping of settings; fix the file (plimsoll check-config "
             f"{config_path}) or copy thresholds.yaml's saturation block into it by hand"
         )
-    _merge(document, fragment, config_path)
+    workload = None if knee is None else _knee_workload(document, knee.models)
+    if fragment is None and workload is None:
+        return ConfigUpdate(backup=None, knee_workload=None)
+    if fragment is not None:
+        _merge(document, fragment, config_path)
+    if knee is not None and workload is not None:
+        _put(workload[1], "knee_concurrency", knee.concurrency)
+    mapping_indent = _mapping_indent(document)
+    yaml.indent(
+        mapping=mapping_indent,
+        sequence=sequence_indent or mapping_indent,
+        offset=sequence_offset or 0,
+    )
+    yaml.width = 1 << 16  # never fold a long line (a URL, a commented value) the user wrote on one line
     stream = StringIO()
     yaml.dump(document, stream)
     updated = stream.getvalue()
@@ -114,7 +150,28 @@ def write_thresholds(config_path: Path, fragment: Fragment) -> Path:
         raise ThresholdsError(
             f"{config_path}: cannot write the updated config ({error.strerror}); it is unchanged"
         ) from None
-    return backup
+    return ConfigUpdate(backup=backup, knee_workload=None if workload is None else workload[0])
+
+
+def _knee_workload(document: CommentedMap, models: Sequence[str]) -> tuple[str, CommentedMap] | None:
+    """The workload entry whose `model` is the first of `models` that any workload has, and where it is."""
+    autoscaling = document.get("autoscaling")
+    workloads = autoscaling.get("workloads") if isinstance(autoscaling, CommentedMap) else None
+    if not isinstance(workloads, CommentedSeq):
+        return None
+    for model in models:
+        for index, entry in enumerate(workloads):
+            if isinstance(entry, CommentedMap) and entry.get("model") == model:
+                return f"autoscaling.workloads[{index}] ({entry.get('name')})", entry
+    return None
+
+
+def _mapping_indent(document: CommentedMap) -> int:
+    """The file's indentation of a nested block mapping (2 where it has none), so the edit rewrites no other line."""
+    for value in document.values():
+        if isinstance(value, CommentedMap) and not value.fa.flow_style() and value.lc.col:
+            return int(value.lc.col)
+    return 2
 
 
 def _merge(document: CommentedMap, fragment: Fragment, config_path: Path) -> None:
@@ -124,12 +181,35 @@ def _merge(document: CommentedMap, fragment: Fragment, config_path: Path) -> Non
             document[section] = CommentedMap(values)
         elif isinstance(existing, CommentedMap):
             for key, value in values.items():
-                existing[key] = value
+                _put(existing, key, value)
         else:
             raise ThresholdsError(
                 f"{config_path}: {section} is not a mapping (expected e.g. {section}: {{kv_usage: 0.9}}); "
                 "fix it, then run again"
             )
+
+
+def _put(mapping: CommentedMap, key: str, value: float | int) -> None:
+    """Set a key; a new one goes last, above the comment lines that followed the mapping's old last key.
+
+    ruamel keeps the full-line comments after a mapping's last value as part of that value's comment, so a key
+    appended plainly would land under them: under a comment that introduces the next entry or section."""
+    if key in mapping or not mapping:
+        mapping[key] = value
+        return
+    last = list(mapping)[-1]
+    mapping[key] = value
+    slot = mapping.ca.items.get(last)
+    if not slot or slot[2] is None:
+        return
+    end_of_line, newline, following = slot[2].value.partition("\n")
+    if not following:
+        return
+    if end_of_line:
+        slot[2].value = end_of_line + newline
+    else:
+        slot[2] = None
+    mapping.ca.items[key] = [None, None, CommentToken("\n" + following, CommentMark(0), None), None]
 
 
 def _refuse_new_problems(original: str, updated: str, source: str, config_path: Path) -> None:

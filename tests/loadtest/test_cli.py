@@ -235,6 +235,68 @@ def test_write_sets_the_measured_thresholds_in_the_config_and_keeps_a_backup(
     assert f"updated {config}" in capsys.readouterr().err
 
 
+AUTOSCALED = """\
+saturation:
+  kv_usage: 0.8
+autoscaling:
+  workloads:
+    - model: {model}   # the served name
+      name: vllm-fake
+      namespace: inference
+      max_replicas: 4
+      knee_concurrency: 1   # before the load test
+"""
+
+
+def test_write_gives_the_measured_knee_to_the_workload_serving_the_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "plimsoll.yaml"
+    config.write_text(AUTOSCALED.format(model="fake-model"))
+    out = tmp_path / "out"
+    with fake_server(Behaviour(itl_seconds=0.001, metrics_page=VLLM_PAGE)) as fake:
+        status = main(
+            loadtest_args(
+                fake.url, "ttft=500ms", "--max-concurrency", "3", "--out", str(out), "--config", str(config), "--write"
+            )
+        )
+    err = capsys.readouterr().err
+    assert status == 0, err
+    measured = json.loads((out / "result.json").read_text())["knee"]["concurrency"]
+    assert measured > 1
+    assert f"knee_concurrency: {measured}   # before the load test" in config.read_text()
+    assert f"autoscaling.workloads[0] (vllm-fake) knee_concurrency: {measured}" in err
+
+
+def test_write_without_a_workload_for_the_model_says_which_would_take_the_knee_and_writes_saturation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "plimsoll.yaml"
+    original = AUTOSCALED.format(model="another-model")
+    config.write_text(original)
+    with fake_server(Behaviour(itl_seconds=0.001, metrics_page=VLLM_PAGE)) as fake:
+        status = main(
+            loadtest_args(
+                fake.url,
+                "ttft=500ms",
+                "--max-concurrency",
+                "1",
+                "--out",
+                str(tmp_path),
+                "--config",
+                str(config),
+                "--write",
+            )
+        )
+    err = capsys.readouterr().err
+    assert status == 0, err
+    assert "knee_concurrency 1 not written: no autoscaling workload in" in err
+    assert "has model: fake-model" in err
+    updated = config.read_text()
+    assert "kv_usage: 0.919" in updated
+    assert updated.replace("kv_usage: 0.919", "kv_usage: 0.8").replace("  queue: 2\n", "") == original
+
+
 def test_unreachable_metrics_is_a_note_and_the_run_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with fake_server(Behaviour(itl_seconds=0.001)) as fake:
         status = main(

@@ -1,4 +1,5 @@
-"""Thresholds from the knee, thresholds.yaml, and --write into the user's config (comments kept, backup, atomic)."""
+"""Thresholds from the knee, thresholds.yaml, and --write into the user's config (comments kept, backup, atomic),
+the knee included as the autoscaling workload's knee_concurrency."""
 
 import errno
 import re
@@ -10,8 +11,11 @@ from exporter import files
 from exporter.config import check_config, load_config
 from exporter.generate.rules import artifacts
 from exporter.loadtest.outputs import write_outputs
-from exporter.loadtest.thresholds import ThresholdsError, derive_thresholds, write_thresholds
+from exporter.loadtest.thresholds import ReplicaKnee, ThresholdsError, derive_thresholds, write_thresholds
+from tests.conftest import TESTS
 from tests.loadtest import built_steps
+
+EXAMPLE = TESTS.parent / "deploy" / "plimsoll.example.yaml"
 
 CONFIG = """\
 # Production fleet: edited by hand, keep these comments.
@@ -78,7 +82,7 @@ def test_write_sets_the_measured_keys_and_keeps_comments_order_and_the_rest(tmp_
 def test_write_keeps_the_previous_file_as_a_backup(tmp_path):
     path = tmp_path / "plimsoll.yaml"
     path.write_text(CONFIG)
-    backup = write_thresholds(path, {"saturation": {"kv_usage": 0.8}})
+    backup = write_thresholds(path, {"saturation": {"kv_usage": 0.8}}).backup
     assert backup == tmp_path / "plimsoll.yaml.bak"
     assert backup.read_text() == CONFIG
 
@@ -141,3 +145,101 @@ def test_write_through_a_symlink_updates_the_file_it_points_to(tmp_path):
     write_thresholds(link, {"saturation": {"queue": 3}})
     assert link.is_symlink()
     assert load_config(real).saturation_queue == 3
+
+
+FLEET = """\
+# Two models, scaled by hand until loadtest measures them.
+saturation:
+  kv_usage: 0.9
+autoscaling:
+  margin: 0.8
+  workloads:
+    - model: meta-llama/Llama-3.1-8B-Instruct   # the label its series carry
+      kind: Deployment
+      name: vllm-llama-8b
+      namespace: inference
+      max_replicas: 8   # the GPUs we have
+    # The small one, for tests.
+    - model: tiny-llama
+      name: vllm-tiny
+      namespace: inference
+      max_replicas: 4
+      knee_concurrency: 3   # a guess
+# GPU prices, from the finance sheet.
+nvml: false
+"""
+
+
+def _changed_lines(before: str, after: str) -> list[tuple[str, str]]:
+    """(old, new) for each line that differs, the files having the same number of lines or one more."""
+    old, new = before.splitlines(), after.splitlines()
+    return [(a, b) for a, b in zip(old + [""] * (len(new) - len(old)), new, strict=True) if a != b]
+
+
+def test_write_gives_the_knee_to_the_workload_of_the_target_model_and_touches_nothing_else(tmp_path):
+    path = tmp_path / "plimsoll.yaml"
+    path.write_text(FLEET)
+    update = write_thresholds(path, None, ReplicaKnee(16, ("tiny-llama",)))
+    assert update.knee_workload == "autoscaling.workloads[1] (vllm-tiny)"
+    assert _changed_lines(FLEET, path.read_text()) == [
+        ("      knee_concurrency: 3   # a guess", "      knee_concurrency: 16  # a guess")
+    ]
+    (llama, tiny) = load_config(path).autoscaling.workloads
+    assert (tiny.knee_concurrency, llama.knee_concurrency, llama.max_replicas) == (16, None, 8)
+
+
+def test_a_knee_new_to_a_workload_goes_last_in_it_above_the_comment_that_introduces_the_next(tmp_path):
+    path = tmp_path / "plimsoll.yaml"
+    path.write_text(FLEET)
+    write_thresholds(path, {"saturation": {"queue": 1}}, ReplicaKnee(24, ("meta-llama/Llama-3.1-8B-Instruct",)))
+    lines = path.read_text().splitlines()
+    cap = lines.index("      max_replicas: 8   # the GPUs we have")
+    assert lines[cap + 1 : cap + 3] == ["      knee_concurrency: 24", "    # The small one, for tests."]
+    assert lines[lines.index("  kv_usage: 0.9") + 1] == "  queue: 1"
+    assert [line for line in lines if line.startswith("#")] == [
+        "# Two models, scaled by hand until loadtest measures them.",
+        "# GPU prices, from the finance sheet.",
+    ]
+    assert load_config(path).autoscaling.workloads[0].knee_concurrency == 24
+
+
+def test_the_target_model_is_tried_before_the_served_model_name(tmp_path):
+    path = tmp_path / "plimsoll.yaml"
+    path.write_text(FLEET)
+    # A preset name no workload has, then the name the engine serves (and labels its series with).
+    update = write_thresholds(path, None, ReplicaKnee(7, ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct")))
+    assert update.knee_workload == "autoscaling.workloads[0] (vllm-llama-8b)"
+    update = write_thresholds(path, None, ReplicaKnee(5, ("tiny-llama", "meta-llama/Llama-3.1-8B-Instruct")))
+    assert update.knee_workload == "autoscaling.workloads[1] (vllm-tiny)"
+    assert [w.knee_concurrency for w in load_config(path).autoscaling.workloads] == [7, 5]
+
+
+def test_without_a_workload_of_the_model_only_saturation_is_written(tmp_path):
+    path = tmp_path / "plimsoll.yaml"
+    path.write_text(FLEET)
+    update = write_thresholds(path, {"saturation": {"kv_usage": 0.817}}, ReplicaKnee(16, ("Qwen/Qwen2.5-7B",)))
+    assert update.knee_workload is None
+    assert _changed_lines(FLEET, path.read_text()) == [("  kv_usage: 0.9", "  kv_usage: 0.817")]
+
+
+def test_a_config_without_autoscaling_gets_none_and_is_left_alone_when_only_the_knee_was_measured(tmp_path):
+    path = tmp_path / "plimsoll.yaml"
+    path.write_text(CONFIG)
+    update = write_thresholds(path, {"saturation": {"queue": 2}}, ReplicaKnee(16, ("tiny-llama",)))
+    assert update.knee_workload is None
+    assert "autoscaling" not in path.read_text()
+    assert load_config(path).autoscaling is None
+    (tmp_path / "plimsoll.yaml.bak").unlink()
+    untouched = write_thresholds(path, None, ReplicaKnee(16, ("tiny-llama",)))
+    assert untouched.backup is None
+    assert not (tmp_path / "plimsoll.yaml.bak").exists()
+
+
+def test_write_into_the_example_config_changes_only_the_lines_it_sets(tmp_path):
+    # Its sequences are indented under their key and some lines are over 80 columns: neither may be rewritten.
+    path = tmp_path / "plimsoll.yaml"
+    original = EXAMPLE.read_text()
+    path.write_text(original)
+    write_thresholds(path, None, ReplicaKnee(30, ("meta-llama/Llama-3.1-8B-Instruct",)))
+    ((old, new),) = _changed_lines(original, path.read_text())
+    assert old.replace("knee_concurrency: 24", "knee_concurrency: 30") == new
