@@ -6,6 +6,7 @@ architecture and the GPU, already loaded.
 """
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,11 +15,18 @@ from exporter.capacity.activation import activation_peak_bytes, cuda_graph_bytes
 from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import KvLayout, KvPool, blocks_per_request, kv_dtype_bytes, kv_layout, kv_pool
-from exporter.capacity.quantization import Quantization
+from exporter.capacity.quantization import Quantization, from_flag
 from exporter.capacity.weights import WeightBreakdown, weight_breakdown, weight_dtype_bytes
 from exporter.units import format_gib
 
 ENGINES = ("vllm", "sglang")
+# Inverse planning and the fixes for a deployment that does not fit try layouts of nodes of 8 GPUs: tensor
+# parallelism inside a node, pipeline stages across nodes, data-parallel engines (MoE models, with expert
+# parallelism) up to 16 GPUs, and no replica larger than 4 nodes.
+GPUS_PER_NODE = 8
+PIPELINE_PARALLEL_CHOICES = (1, 2, 3, 4)
+DATA_PARALLEL_CHOICES = (1, 2, 4, 8, 16)
+MAX_GPUS_PER_REPLICA = 4 * GPUS_PER_NODE
 
 
 class PlanError(ValueError):
@@ -50,6 +58,11 @@ class Deployment:
     vllm_version: tuple[int, int] | None = None  # None: current vLLM
 
     @property
+    def gpus(self) -> int:
+        """GPUs of one replica: DP engines of TP x PP GPUs each."""
+        return self.data_parallel * self.tensor_parallel * self.pipeline_parallel
+
+    @property
     def cuda_graphs_in_budget(self) -> bool:
         """vLLM subtracts its CUDA-graph estimate from the KV budget since v0.21, unless graphs are off."""
         if self.enforce_eager or self.engine != "vllm":
@@ -59,9 +72,10 @@ class Deployment:
 
 @dataclass(frozen=True)
 class BreakdownLine:
-    item: str
+    item: str  # words only; the table adds `sign`
     bytes: int
     how: str
+    sign: str = ""  # "-" subtracted from the budget above, "=" what is left
 
 
 @dataclass(frozen=True)
@@ -88,7 +102,12 @@ class CapacityPlan:
 
     @property
     def num_gpus(self) -> int:
-        return self.deployment.tensor_parallel * self.deployment.pipeline_parallel
+        return self.deployment.gpus
+
+    @property
+    def replica_kv_tokens(self) -> int:
+        """KV tokens of the whole replica: every data-parallel engine has its own pool."""
+        return self.pool.tokens * self.deployment.data_parallel
 
     def to_dict(self) -> dict[str, Any]:
         d = self.deployment
@@ -99,6 +118,8 @@ class CapacityPlan:
             "gpu_memory_bytes": self.gpu_memory_bytes,
             "tensor_parallel": d.tensor_parallel,
             "pipeline_parallel": d.pipeline_parallel,
+            "data_parallel": d.data_parallel,
+            "expert_parallel": d.expert_parallel,
             "gpus": self.num_gpus,
             "gpu_memory_utilization": d.gpu_memory_utilization,
             "max_model_len": d.max_model_len,
@@ -119,6 +140,7 @@ class CapacityPlan:
             "kv_bytes_per_token": self.layout.bytes_per_token,
             "kv_cache_blocks": self.pool.num_blocks,
             "kv_cache_tokens": self.pool.tokens,
+            "kv_cache_tokens_per_replica": self.replica_kv_tokens,
             "max_concurrency": round(self.pool.max_concurrency, 4),
             "fits": self.fits,
             "shortfall_bytes": self.shortfall_bytes,
@@ -132,8 +154,8 @@ def resolve(deployment: Deployment, arch: ModelArchitecture, gpu: GpuSpec) -> De
     d = deployment
     if d.engine not in ENGINES:
         raise PlanError(f"--engine {d.engine!r} is not one of {', '.join(ENGINES)}")
-    if d.tensor_parallel < 1 or d.pipeline_parallel < 1:
-        raise PlanError("--tp and --pp must be at least 1")
+    if d.tensor_parallel < 1 or d.pipeline_parallel < 1 or d.data_parallel < 1:
+        raise PlanError("--tp, --pp and --dp must be at least 1")
     if arch.num_attention_heads % d.tensor_parallel:
         raise PlanError(
             f"--tp {d.tensor_parallel} does not divide the model's {arch.num_attention_heads} attention heads"
@@ -188,8 +210,12 @@ def _evaluate(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> 
     assert d.gpu_memory_utilization is not None and d.max_model_len is not None
     assert d.max_num_batched_tokens is not None and d.max_num_seqs is not None and d.block_size is not None
     tp, pp = d.tensor_parallel, d.pipeline_parallel
+    sglang = d.engine == "sglang"
     dtype_bytes = weight_dtype_bytes(arch, d.dtype)
-    weights = weight_breakdown(arch, tp, pp, d.dtype, d.quantization, d.vllm_version)
+    weights = weight_breakdown(
+        arch, tp, pp, d.dtype, d.quantization, d.vllm_version, d.data_parallel, d.expert_parallel
+    )
+    # Each data-parallel engine keeps its own KV pool, laid out as one TP x PP engine's.
     layout = kv_layout(arch, tp, pp, kv_dtype_bytes(d.kv_cache_dtype, dtype_bytes))
     budget = round(gpu.memory_bytes * d.gpu_memory_utilization)
     lines = [
@@ -199,42 +225,43 @@ def _evaluate(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> 
         activation = non_torch = graphs = 0
         kv_budget = d.kv_cache_memory_bytes
         lines.append(BreakdownLine("KV cache budget", kv_budget, "given by --kv-cache-memory"))
-        lines.append(BreakdownLine("weights", weights.per_gpu_bytes, _weights_how(arch, weights, d)))
+        lines.append(BreakdownLine("weights", weights.per_gpu_bytes, _weights_how(weights, d)))
+        # vLLM allocates the pool it is told to; weights beside it must still fit on the GPU.
+        room = gpu.memory_bytes - weights.per_gpu_bytes
     else:
         activation = activation_peak_bytes(arch, tp, d.max_num_batched_tokens, d.max_num_seqs, dtype_bytes)
-        non_torch = non_torch_bytes(tp, pp)
+        non_torch = non_torch_bytes(tp * d.data_parallel, pp)
         graphs = cuda_graph_bytes(d.cuda_graphs_in_budget)
-        if d.engine == "sglang":
+        if sglang:
             activation, graphs = 0, 0
             non_torch = A.SGLANG_CONTEXT_BYTES
         kv_budget = budget - weights.per_gpu_bytes - activation - non_torch - graphs
-        share = "mem_fraction_static" if d.engine == "sglang" else "gpu_memory_utilization"
+        room = kv_budget
+        share = "mem_fraction_static" if sglang else "gpu_memory_utilization"
         lines += [
             BreakdownLine("budget", budget, f"GPU memory x {share} {d.gpu_memory_utilization:g}"),
-            BreakdownLine("- weights", weights.per_gpu_bytes, _weights_how(arch, weights, d)),
+            BreakdownLine("weights", weights.per_gpu_bytes, _weights_how(weights, d), "-"),
+            BreakdownLine("activation peak", activation, _activation_how(d), "-"),
             BreakdownLine(
-                "- activation peak",
-                activation,
-                f"profiling run of {d.max_num_batched_tokens} batched tokens, {d.max_num_seqs} sequences"
-                if d.engine == "vllm"
-                else "inside SGLang's static fraction",
+                "non-torch memory",
+                non_torch,
+                "CUDA context and SGLang's workspaces, reserved before the pool is sized"
+                if sglang
+                else "CUDA context, cuBLAS and NCCL buffers",
+                "-",
             ),
-            BreakdownLine("- non-torch memory", non_torch, "CUDA context, cuBLAS and NCCL buffers"),
-            BreakdownLine(
-                "- CUDA graphs",
-                graphs,
-                "disabled by --enforce-eager" if d.enforce_eager else "vLLM >= 0.21 estimate",
-            ),
-            BreakdownLine("= KV cache budget", kv_budget, "what is left, per GPU"),
+            BreakdownLine("CUDA graphs", graphs, _graphs_how(d), "-"),
+            BreakdownLine("KV cache budget", kv_budget, "what is left, per GPU", "="),
         ]
     legacy = d.vllm_version is not None and d.vllm_version < A.VLLM_HYBRID_TOKENS_AS_CONCURRENCY_SINCE
     pool = kv_pool(layout, kv_budget, d.block_size, d.max_model_len, d.max_num_batched_tokens, legacy)
     lines += [
         BreakdownLine("KV bytes per token", layout.bytes_per_token, _kv_how(arch, layout, tp, d)),
-        BreakdownLine("KV cache in blocks", pool.pool_bytes, _pool_how(pool)),
+        BreakdownLine(f"KV cache in {'pages' if sglang else 'blocks'}", pool.pool_bytes, _pool_how(pool, d)),
     ]
-    fits = pool.num_blocks >= pool.blocks_per_request
-    shortfall = 0 if fits else pool.blocks_per_request * pool.block_bytes - kv_budget
+    request_bytes = pool.blocks_per_request * pool.block_bytes
+    fits = pool.num_blocks >= pool.blocks_per_request and room >= request_bytes
+    shortfall = 0 if fits else request_bytes - min(room, kv_budget)
     return CapacityPlan(
         model=arch.name,
         gpu=gpu.name,
@@ -253,9 +280,30 @@ def _evaluate(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> 
     )
 
 
-def _weights_how(arch: ModelArchitecture, weights: WeightBreakdown, d: Deployment) -> str:
+def _activation_how(d: Deployment) -> str:
+    if d.engine == "sglang":
+        return "outside mem_fraction_static: SGLang leaves the rest of the GPU to activations"
+    return f"profiling run of {d.max_num_batched_tokens} batched tokens, {d.max_num_seqs} sequences"
+
+
+def _graphs_how(d: Deployment) -> str:
+    if d.engine == "sglang":
+        return "outside mem_fraction_static: SGLang captures them in the rest of the GPU"
+    if d.enforce_eager:
+        return "disabled by --enforce-eager"
+    if d.cuda_graphs_in_budget:
+        return "vLLM >= 0.21 estimate"
+    return "outside the KV budget before vLLM 0.21"
+
+
+def _weights_how(weights: WeightBreakdown, d: Deployment) -> str:
     quant = d.quantization.label if d.quantization else f"{d.dtype} (16-bit)" if d.dtype == "auto" else d.dtype
     split = f"split over TP {d.tensor_parallel}" + (f" x PP {d.pipeline_parallel}" if d.pipeline_parallel > 1 else "")
+    if d.data_parallel > 1:
+        experts = "whole experts (EP)" if d.expert_parallel else "experts sliced"
+        split += f", DP {d.data_parallel} engines with {experts} over DP x TP {d.data_parallel * d.tensor_parallel}"
+    elif d.expert_parallel and d.tensor_parallel > 1:
+        split += ", whole experts (EP)"
     return f"{weights.total_parameters / 1e9:.2f}B parameters, {quant}, {split}"
 
 
@@ -263,6 +311,8 @@ def _kv_how(arch: ModelArchitecture, layout: KvLayout, tp: int, d: Deployment) -
     dtype_bytes = kv_dtype_bytes(d.kv_cache_dtype, weight_dtype_bytes(arch, d.dtype))
     if arch.mla is not None:
         head = f"MLA latent ({arch.mla.kv_lora_rank} + {arch.mla.qk_rope_head_dim}) x {dtype_bytes} B"
+        if tp > 1:
+            head += " (whole on every TP rank)"
     else:
         heads = max(1, arch.num_kv_heads // tp)
         note = " (replicated: TP > KV heads)" if tp > arch.num_kv_heads else ""
@@ -273,33 +323,166 @@ def _kv_how(arch: ModelArchitecture, layout: KvLayout, tp: int, d: Deployment) -
     return f"{head} x {layers}"
 
 
-def _pool_how(pool: KvPool) -> str:
+def _pool_how(pool: KvPool, d: Deployment) -> str:
+    unit = "pages" if d.engine == "sglang" else "blocks"
+    engines = f"; each of the {d.data_parallel} DP engines has its own" if d.data_parallel > 1 else ""
     return (
-        f"{pool.num_blocks} blocks of {pool.block_size} tokens = {pool.tokens:,} tokens; "
-        f"{pool.blocks_per_request} blocks per max-length request -> {pool.max_concurrency:.2f}x concurrency"
+        f"{pool.num_blocks} {unit} of {pool.block_size} tokens = {pool.tokens:,} tokens; "
+        f"{pool.blocks_per_request} {unit} per max-length request -> {pool.max_concurrency:.2f}x concurrency"
+        f"{engines}"
     )
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How one replica spreads over GPUs."""
+
+    tensor_parallel: int
+    pipeline_parallel: int = 1
+    data_parallel: int = 1
+    expert_parallel: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+
+    @property
+    def flags(self) -> str:
+        out = f"--tp {self.tensor_parallel}"
+        if self.pipeline_parallel > 1:
+            out += f" --pp {self.pipeline_parallel}"
+        if self.data_parallel > 1:
+            out += f" --dp {self.data_parallel}"
+        if self.expert_parallel:
+            out += " --enable-expert-parallel"
+        return out
+
+    def applied(self, d: Deployment) -> Deployment:
+        return replace(
+            d,
+            tensor_parallel=self.tensor_parallel,
+            pipeline_parallel=self.pipeline_parallel,
+            data_parallel=self.data_parallel,
+            expert_parallel=self.expert_parallel,
+        )
+
+
+def layouts(
+    arch: ModelArchitecture,
+    tensor_parallel: int | None = None,
+    pipeline_parallel: int | None = None,
+    data_parallel: int | None = None,
+) -> list[Layout]:
+    """Layouts to try, fewest GPUs first; a given size is kept as it is. Pipeline parallelism is tried across
+    nodes (TP 8 x PP stages) and data parallelism for MoE models only (with expert parallelism: it is how vLLM serves them); for a dense model it is just replicas."""
+    tps = (
+        [tensor_parallel]
+        if tensor_parallel
+        else [t for t in A.TENSOR_PARALLEL_CHOICES if not arch.num_attention_heads % t]
+    )
+    pps = [pipeline_parallel] if pipeline_parallel else [p for p in PIPELINE_PARALLEL_CHOICES if p <= arch.num_layers]
+    dps = [data_parallel] if data_parallel else list(DATA_PARALLEL_CHOICES) if arch.moe is not None else [1]
+    found = [
+        Layout(tp, pp, dp, expert_parallel=arch.moe is not None and dp * tp > 1 and dp > 1)
+        for tp in tps
+        for pp in pps
+        for dp in dps
+        if tp * pp * dp <= MAX_GPUS_PER_REPLICA or (tp, pp, dp) == (tps[0], pps[0], dps[0])
+        # Pipeline stages are for crossing nodes: only once TP fills one, unless the sizes were given.
+        if pp == 1 or tp == GPUS_PER_NODE or tensor_parallel or pipeline_parallel
+    ]
+    return sorted(found, key=lambda layout: (layout.gpus, layout.pipeline_parallel, layout.data_parallel))
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Online fp8 for weights and/or KV cache: fewer bytes, and a change to what the model computes."""
+
+    fp8_weights: bool = False
+    fp8_kv_cache: bool = False
+
+    @property
+    def changes(self) -> tuple[str, ...]:
+        return tuple(
+            label for label, on in (("fp8 weights", self.fp8_weights), ("fp8 KV cache", self.fp8_kv_cache)) if on
+        )
+
+    @property
+    def flags(self) -> str:
+        parts = ["--quantization fp8"] * self.fp8_weights + ["--kv-cache-dtype fp8"] * self.fp8_kv_cache
+        return " ".join(parts)
+
+    def applied(self, d: Deployment) -> Deployment:
+        if self.fp8_weights:
+            d = replace(d, quantization=from_flag("fp8"))
+        if self.fp8_kv_cache:
+            d = replace(d, kv_cache_dtype="fp8")
+        return d
+
+
+def precisions(arch: ModelArchitecture, d: Deployment) -> list[Precision]:
+    """The deployment's own precision first, then fp8 where it would save bytes and the user left it open:
+    fp8 weights for a 16-bit checkpoint with no --quantization, fp8 KV for --kv-cache-dtype auto."""
+    dtype_bytes = weight_dtype_bytes(arch, d.dtype)
+    weights = d.quantization is None and arch.quantization is None and dtype_bytes >= 2
+    kv = d.kv_cache_dtype == "auto" and dtype_bytes >= 2
+    return [Precision(w, k) for w in (False, True) for k in (False, True) if (weights or not w) and (kv or not k)]
+
+
 def _suggestions(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, failed: CapacityPlan) -> list[str]:
+    """What would make `d` fit, each re-planned: only changes that fit are offered."""
     out = [f"short by {format_gib(failed.shortfall_bytes)} per GPU for one request of {d.max_model_len} tokens"]
+    fixes: list[str] = []
     larger_tp = [
         tp for tp in A.TENSOR_PARALLEL_CHOICES if tp > d.tensor_parallel and arch.num_attention_heads % tp == 0
     ]
     for tp in larger_tp:
         if _fits(arch, gpu, replace(d, tensor_parallel=tp)):
-            out.append(f"--tp {tp} fits")
+            fixes.append(f"--tp {tp} fits")
             break
-    if d.kv_cache_dtype == "auto" and _fits(arch, gpu, replace(d, kv_cache_dtype="fp8")):
-        out.append("--kv-cache-dtype fp8 fits")
+    for precision in precisions(arch, d)[1:]:
+        if _fits(arch, gpu, precision.applied(d)):
+            fixes.append(f"{precision.flags} fits (changes precision: {', '.join(precision.changes)})")
+            break
     if failed.kv_cache_bytes > 0:
         longest = _longest_context(arch, gpu, d)
         if longest:
-            out.append(f"--max-model-len {longest} fits")
+            fixes.append(f"--max-model-len {longest} fits")
     raised = replace(d, gpu_memory_utilization=0.95)
     utilization = d.gpu_memory_utilization
     if d.kv_cache_memory_bytes is None and utilization is not None and utilization < 0.95 and _fits(arch, gpu, raised):
-        out.append("--gpu-memory-utilization 0.95 fits")
-    return out
+        fixes.append("--gpu-memory-utilization 0.95 fits")
+    if not any(fix.startswith("--tp") for fix in fixes):
+        fixes += _larger_layouts(arch, gpu, d)
+    if not fixes:
+        fixes.append(f"nothing up to {MAX_GPUS_PER_REPLICA} {gpu.name} GPUs per replica holds one such request")
+    return out + fixes
+
+
+def _larger_layouts(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment) -> list[str]:
+    """The smallest layout beyond one node's TP that fits: pipeline stages across nodes, and for MoE models
+    data-parallel engines with expert parallelism; at the deployment's precision, else with fp8."""
+    for precision in precisions(arch, d):
+        found: list[str] = []
+        for kind in ("pp", "dp"):
+            for layout in layouts(arch):
+                if layout.gpus <= d.gpus or (layout.pipeline_parallel > 1) != (kind == "pp"):
+                    continue
+                if kind == "dp" and layout.data_parallel == 1:
+                    continue
+                if _fits(arch, gpu, precision.applied(layout.applied(d))):
+                    note = f"changes precision: {', '.join(precision.changes)}; " if precision.changes else ""
+                    flags = f"{layout.flags} {precision.flags}".strip()
+                    found.append(f"{flags} fits ({note}{layout.gpus} GPUs, {_nodes(layout.gpus)})")
+                    break
+        if found:
+            return found
+    return []
+
+
+def _nodes(gpus: int) -> str:
+    nodes = math.ceil(gpus / GPUS_PER_NODE)
+    return "1 node" if nodes == 1 else f"{nodes} nodes of {GPUS_PER_NODE}"
 
 
 def _longest_context(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment) -> int:
@@ -315,34 +498,84 @@ def _longest_context(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment) -> in
     return low * d.block_size
 
 
+def check_inputs(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment) -> None:
+    """What a person asked for that the engine would refuse or ignore. Only for flags a person typed: the daemon
+    plans what an engine really runs (which may, for instance, have been allowed a longer context)."""
+    if d.kv_cache_memory_bytes is not None and d.kv_cache_memory_bytes > gpu.memory_bytes:
+        raise PlanError(
+            f"--kv-cache-memory {format_gib(d.kv_cache_memory_bytes)} is more than the {gpu.name}'s "
+            f"{format_gib(gpu.memory_bytes)}: give the KV pool of one GPU, not of the whole replica"
+        )
+    if d.kv_cache_memory_bytes is not None and d.engine == "sglang":
+        raise PlanError("--kv-cache-memory is vLLM's flag; SGLang sizes its pool from --gpu-memory-utilization")
+    if d.vllm_version is not None and d.engine == "sglang":
+        raise PlanError("--vllm-version models an older vLLM; drop it with --engine sglang")
+    if d.expert_parallel and arch.moe is None:
+        raise PlanError(f"--enable-expert-parallel: {arch.name} has no MoE experts to split; drop the flag")
+    if d.max_model_len is not None and d.max_model_len > arch.max_position_embeddings:
+        override = (
+            "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" if d.engine == "sglang" else "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
+        )
+        raise PlanError(
+            f"--max-model-len {d.max_model_len} is above {arch.name}'s maximum of {arch.max_position_embeddings} "
+            f"tokens (max_position_embeddings); {d.engine} refuses it unless {override} is set, and the model's "
+            "output past its trained length is unreliable. Use --max-model-len "
+            f"{arch.max_position_embeddings} or less"
+        )
+
+
 @dataclass(frozen=True)
 class FleetOption:
     plan: CapacityPlan
     requests_per_replica: int
     replicas: int
+    gpu_hour_price: float | None = None
+    precision: Precision = Precision()  # what the search changed from the deployment asked for
 
     @property
     def gpus(self) -> int:
         return self.replicas * self.plan.num_gpus
 
+    @property
+    def cost_per_hour(self) -> float | None:
+        return None if self.gpu_hour_price is None else round(self.gpu_hour_price * self.gpus, 4)
+
     def to_dict(self) -> dict[str, Any]:
+        d = self.plan.deployment
         return {
             "gpu": self.plan.gpu,
-            "tensor_parallel": self.plan.deployment.tensor_parallel,
-            "pipeline_parallel": self.plan.deployment.pipeline_parallel,
+            "tensor_parallel": d.tensor_parallel,
+            "pipeline_parallel": d.pipeline_parallel,
+            "data_parallel": d.data_parallel,
+            "expert_parallel": d.expert_parallel,
+            "gpus_per_replica": self.plan.num_gpus,
             "replicas": self.replicas,
             "gpus": self.gpus,
             "requests_per_replica": self.requests_per_replica,
-            "kv_cache_tokens_per_replica": self.plan.pool.tokens,
+            "kv_cache_tokens_per_replica": self.plan.replica_kv_tokens,
+            "quantization": d.quantization.method if d.quantization else None,
+            "kv_cache_dtype": d.kv_cache_dtype,
+            "changes_precision": list(self.precision.changes),
+            "gpu_hour_price": self.gpu_hour_price,
+            "cost_per_hour": self.cost_per_hour,
         }
 
 
 def requests_per_replica(result: CapacityPlan, context_tokens: int) -> int:
-    """Requests of `context_tokens` that one replica holds at once: KV blocks, capped by max_num_seqs."""
+    """Requests of `context_tokens` one replica holds at once: each DP engine's KV blocks, capped by its
+    max_num_seqs, times the engines."""
     d = result.deployment
     assert d.block_size is not None and d.max_num_batched_tokens is not None and d.max_num_seqs is not None
     per_request = blocks_per_request(result.layout, context_tokens, d.block_size, d.max_num_batched_tokens)
-    return min(result.pool.num_blocks // per_request, d.max_num_seqs)
+    return d.data_parallel * min(result.pool.num_blocks // per_request, d.max_num_seqs)
+
+
+def _rank(option: FleetOption) -> tuple[float, int, int, int]:
+    """Cheapest per hour when priced (unpriced after every priced one), then fewest GPUs, then the simpler
+    layout: fewer pipeline stages and engines (fewer hops), then the smaller GPU."""
+    cost = option.cost_per_hour if option.cost_per_hour is not None else math.inf
+    d = option.plan.deployment
+    return (cost, option.gpus, d.pipeline_parallel * d.data_parallel, option.plan.gpu_memory_bytes * option.gpus)
 
 
 def plan_fleet(
@@ -351,35 +584,70 @@ def plan_fleet(
     deployment: Deployment,
     concurrency: int,
     context_tokens: int,
+    *,
+    tensor_parallel: int | None = None,
+    pipeline_parallel: int | None = None,
+    data_parallel: int | None = None,
+    gpu_hour_prices: Mapping[str, float] | None = None,
 ) -> list[FleetOption]:
-    """Ways to hold `concurrency` requests of `context_tokens` each, fewest GPUs first.
+    """Ways to hold `concurrency` requests of `context_tokens` each, best first.
 
-    Each GPU type contributes its cheapest tensor-parallel split (ties go to the smaller TP: fewer collectives,
-    more replicas to spread load and failures)."""
+    Layouts span up to 4 nodes of 8 GPUs; a size given here is kept, the others are searched (the
+    deployment's own tensor/pipeline/data-parallel sizes are replaced by the search). Each GPU type contributes
+    its best option at the deployment's precision and, when fp8 weights or KV beat it, its best option with
+    fp8 (labelled). `gpu_hour_prices` (by GPU name) ranks by the fleet's cost per hour."""
     if concurrency < 1 or context_tokens < 1:
         raise PlanError("--concurrency and the tokens per request must be at least 1")
+    if deployment.max_model_len is None:
+        if context_tokens > arch.max_position_embeddings:
+            raise PlanError(
+                f"requests of {context_tokens} tokens are longer than {arch.name}'s maximum of "
+                f"{arch.max_position_embeddings} tokens (max_position_embeddings)"
+            )
+        deployment = replace(deployment, max_model_len=context_tokens)
+    elif deployment.max_model_len < context_tokens:
+        raise PlanError(f"requests of {context_tokens} tokens do not fit --max-model-len {deployment.max_model_len}")
+    prices = gpu_hour_prices or {}
+    candidates = layouts(arch, tensor_parallel, pipeline_parallel, data_parallel)
+    if data_parallel:
+        candidates = [replace(c, expert_parallel=deployment.expert_parallel) for c in candidates]
     options: list[FleetOption] = []
     for gpu in gpus:
-        best: FleetOption | None = None
-        for tp in A.TENSOR_PARALLEL_CHOICES:
-            if arch.num_attention_heads % tp:
-                continue
-            candidate = replace(deployment, tensor_parallel=tp)
-            if candidate.max_model_len is None:
-                candidate = replace(candidate, max_model_len=max(context_tokens, 1))
-            elif candidate.max_model_len < context_tokens:
-                raise PlanError(
-                    f"requests of {context_tokens} tokens do not fit --max-model-len {candidate.max_model_len}"
-                )
-            result = _evaluate(arch, gpu, candidate)
-            if not result.fits:
-                continue
-            per_replica = requests_per_replica(result, context_tokens)
-            if per_replica < 1:
-                continue
-            option = FleetOption(result, per_replica, math.ceil(concurrency / per_replica))
-            if best is None or option.gpus < best.gpus:
-                best = option
-        if best is not None:
-            options.append(best)
-    return sorted(options, key=lambda o: (o.gpus, o.plan.gpu_memory_bytes * o.gpus))
+        found = []
+        for precision in precisions(arch, deployment):
+            best = _best_layout(arch, gpu, precision.applied(deployment), candidates, concurrency, context_tokens)
+            if best is not None:
+                found.append(replace(best, gpu_hour_price=prices.get(gpu.name), precision=precision))
+        asked = [o for o in found if not o.precision.changes]
+        changed = sorted((o for o in found if o.precision.changes), key=_rank)
+        options += asked
+        if changed and (not asked or _rank(changed[0]) < _rank(asked[0])):
+            options.append(changed[0])
+    return sorted(options, key=_rank)
+
+
+def _best_layout(
+    arch: ModelArchitecture,
+    gpu: GpuSpec,
+    deployment: Deployment,
+    candidates: list[Layout],
+    concurrency: int,
+    context_tokens: int,
+) -> FleetOption | None:
+    best: FleetOption | None = None
+    for layout in candidates:
+        if best is not None and layout.gpus > best.gpus:
+            break  # a replica larger than the whole best fleet cannot need fewer GPUs
+        try:
+            result = _evaluate(arch, gpu, layout.applied(deployment))
+        except PlanError:
+            continue
+        if not result.fits:
+            continue
+        per_replica = requests_per_replica(result, context_tokens)
+        if per_replica < 1:
+            continue
+        option = FleetOption(result, per_replica, math.ceil(concurrency / per_replica))
+        if best is None or _rank(option) < _rank(best):
+            best = option
+    return best

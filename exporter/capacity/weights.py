@@ -5,6 +5,12 @@ attention and MLP matrices split by TP, key/value projections replicated once TP
 down-projections and MoE routers replicated. Norms are counted but never split (they are tiny).
 Pipeline parallelism gives each stage ceil(layers / PP) layers; the worst stage also holds the embedding or the
 LM head, whichever is larger.
+Data parallelism runs DP engines of TP GPUs each, and every engine keeps its own attention, dense MLPs and
+embeddings. MoE experts are the exception: vLLM flattens TP across DP for the expert layers
+(`FusedMoEParallelConfig.make` in vllm/model_executor/layers/fused_moe/config.py, and docs/serving/
+data_parallel_deployment.md: "expert layers form a tensor parallel group of size DP x TP"), so experts are sliced
+over DP x TP GPUs; with `--enable-expert-parallel` each of those GPUs holds whole experts instead,
+ceil(experts / (DP x TP)) of them (docs/serving/expert_parallel_deployment.md: EP_SIZE = TP_SIZE x DP_SIZE).
 Every GPU also holds the rotary embedding's cos/sin cache: max_position_embeddings x rotary dim in the model
 dtype (vLLM's RotaryEmbedding registers it as a buffer, one instance shared by all layers); 32 MiB for Llama 3.1.
 """
@@ -105,7 +111,14 @@ def _expert_hidden(arch: ModelArchitecture, quantization: Quantization | None) -
     return arch.hidden_size
 
 
-def layer_params(arch: ModelArchitecture, layer: int, tp: int, quantization: Quantization | None = None) -> LayerParams:
+def layer_params(
+    arch: ModelArchitecture,
+    layer: int,
+    tp: int,
+    quantization: Quantization | None = None,
+    data_parallel: int = 1,
+    expert_parallel: bool = False,
+) -> LayerParams:
     """Parameters of one layer on one GPU; `quantization` only matters where it changes the stored layout."""
     attention, replicated = _attention_params(arch, tp)
     replicated += 2 * arch.hidden_size  # input and post-attention norms
@@ -121,7 +134,12 @@ def layer_params(arch: ModelArchitecture, layer: int, tp: int, quantization: Qua
         per_expert += 2 * moe.expert_intermediate_size + arch.hidden_size
     router = arch.hidden_size * moe.num_experts + (moe.num_experts if moe.expert_bias else 0)
     shared = _mlp_params(arch.hidden_size, moe.shared_intermediate_size) / tp
-    return LayerParams(attention, shared, moe.num_experts * per_expert / tp, replicated + router)
+    expert_gpus = tp * data_parallel
+    if expert_parallel and expert_gpus > 1:
+        experts: float = math.ceil(moe.num_experts / expert_gpus) * per_expert
+    else:
+        experts = moe.num_experts * per_expert / expert_gpus
+    return LayerParams(attention, shared, experts, replicated + router)
 
 
 def _vision_params(arch: ModelArchitecture) -> int:
@@ -158,8 +176,10 @@ def weight_breakdown(
     dtype: str = "auto",
     quantization: Quantization | None = None,
     vllm_version: tuple[int, int] | None = None,
+    data_parallel: int = 1,
+    expert_parallel: bool = False,
 ) -> WeightBreakdown:
-    """Weights on the fullest GPU of a TP x PP deployment (vllm_version None: current vLLM)."""
+    """Weights on the fullest GPU of a DP x TP x PP deployment (vllm_version None: current vLLM)."""
     quant = quantization or arch.quantization
     plain = weight_dtype_bytes(arch, dtype)
     quantized = quant.bytes_per_weight_in(vllm_version) if quant is not None else plain
@@ -167,7 +187,7 @@ def weight_breakdown(
     experts = quantized
     layers_on_gpu = math.ceil(arch.num_layers / pp)
     # The fullest stage: the first layers (DeepSeek's dense ones are cheaper, so take the mean per layer).
-    per_layer = [layer_params(arch, i, tp, quant) for i in range(arch.num_layers)]
+    per_layer = [layer_params(arch, i, tp, quant, data_parallel, expert_parallel) for i in range(arch.num_layers)]
     share = layers_on_gpu / arch.num_layers
     vocab_slice = _padded_vocab(arch) * arch.hidden_size / tp
     embedding = vocab_slice * plain
