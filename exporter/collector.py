@@ -128,16 +128,24 @@ def _target_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | Counter
     duration = GaugeMetricFamily(
         "plimsoll_target_scrape_duration_seconds", "How long the last poll of the target took.", labels=["target"]
     )
+    cost = GaugeMetricFamily(
+        "plimsoll_target_gpu_hourly_cost",
+        "What the GPUs the target runs on cost per hour, in the currency of pricing.gpu_hour; absent where any of "
+        "them has no price.",
+        labels=["target", "model"],
+    )
     for state in snapshot.targets:
         name = state.target.name
         up.add_metric([name], 1.0 if state.up else 0.0)
+        served = state.instances[0].reading.model if state.instances else None
+        _put(cost, [name, served or state.target.model or ""], state.gpu_hourly_cost)
         for reason in FAILURE_REASONS:
             failures.add_metric([name, reason], state.failures_total.get(reason, 0))
         if state.last_success_timestamp is not None:
             success.add_metric([name], state.last_success_timestamp)
         if state.scrape_duration_seconds is not None:
             duration.add_metric([name], state.scrape_duration_seconds)
-    yield from (up, failures, success, duration)
+    yield from (up, failures, success, duration, cost)
 
 
 def _gpu_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:

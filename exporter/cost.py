@@ -5,16 +5,16 @@ reports ("NVIDIA H100 80GB HBM3"). A key and a GPU that name the same preset are
 as "H100" also prices the card NVML calls "NVIDIA H100 80GB HBM3".
 """
 
-from exporter.catalog import CatalogError, find_gpu
+from collections.abc import Sequence
+
+from exporter.catalog import gpu_presets
 
 GpuHourPrices = tuple[tuple[str, float], ...]  # Config.gpu_hour_prices: sorted (GPU type, price) pairs
 
 
 def _preset(name: str) -> str | None:
-    try:
-        return find_gpu(name).name
-    except CatalogError:
-        return None
+    # Not find_gpu: its error suggests the closest names, which costs more than the daemon can spend each poll.
+    return next((gpu.name for gpu in gpu_presets() if gpu.matches(name)), None)
 
 
 def gpu_hour_price(prices: GpuHourPrices, gpu_name: str) -> float | None:
@@ -29,3 +29,17 @@ def gpu_hour_price(prices: GpuHourPrices, gpu_name: str) -> float | None:
         if _preset(key) == preset:
             return price
     return None
+
+
+def gpus_hourly_cost(prices: GpuHourPrices, gpu_names: Sequence[str]) -> float | None:
+    """What the GPUs named (one name a GPU) cost together per hour; None when there are none or any one has no
+    price, as a sum that leaves a GPU out would pass for the whole cost."""
+    if not gpu_names or not prices:
+        return None
+    total = 0.0
+    for name in gpu_names:
+        price = gpu_hour_price(prices, name)
+        if price is None:
+            return None
+        total += price
+    return total

@@ -38,6 +38,7 @@ from exporter.config import (
     redact_url,
     scan_targets,
 )
+from exporter.cost import GpuHourPrices, gpus_hourly_cost
 from exporter.headroom import capacity_error_ratio, headroom
 from exporter.slo import SloCounter, advance
 from exporter.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetState
@@ -195,6 +196,28 @@ def _gpus_of(
     return tuple(g for g in nvml.gpus if g.index in wanted or g.uuid in wanted)
 
 
+def _gpu_count(state: TargetState) -> int | None:
+    """The GPUs a target uses by its config: its `gpus`, else TP x PP of the capacity plan of each engine instance
+    on its page; None when neither says. Each data-parallel engine the page shows is counted once, whether the
+    config names data_parallel or not, and one rank behind its own port is one engine, not the whole replica."""
+    if state.target.gpus is not None:
+        return len(state.target.gpus)
+    plans = [instance.model_plan for instance in state.instances]
+    if not plans or any(plan is None for plan in plans):
+        return None
+    return sum(p.deployment.tensor_parallel * p.deployment.pipeline_parallel for p in plans if p is not None)
+
+
+def _priced_gpus(state: TargetState, gpus: tuple[GpuReading, ...]) -> tuple[str, ...]:
+    """The names a target's GPUs are priced by, one a GPU: NVML's where NVML attributes GPUs to the target, else
+    its gpu_type for each GPU its config says it uses; () when that is unknown."""
+    if gpus:
+        return tuple(g.name for g in gpus)
+    if state.target.gpu_type is not None:
+        return (state.target.gpu_type,) * (_gpu_count(state) or 0)
+    return ()
+
+
 def _pod_discovery(config: Config) -> PodDiscovery | None:
     return PodDiscovery(config.kubernetes, config.timeout_seconds) if config.kubernetes else None
 
@@ -263,6 +286,9 @@ class Daemon:
         self._reported: set[str] = set()  # messages already logged: each problem is logged once
         # The model's plan changes only when the engine's configuration does: computed once per configuration.
         self._plans: dict[tuple[str, str, tuple[tuple[str, str], ...], GpuSpec | None], CapacityPlan | None] = {}
+        # Pricing a GPU by its name matches it against every preset (~30 us): done once per set of GPUs and prices,
+        # not for every target at every publish.
+        self._costs: dict[tuple[GpuHourPrices, tuple[str, ...]], float | None] = {}
         self.snapshot: Snapshot = EMPTY
         self.config = config
 
@@ -470,7 +496,7 @@ class Daemon:
         nvml, process_targets = self._gpus
         targets = self._targets
         states = tuple(
-            replace(state, gpus=tuple(g.index for g in _gpus_of(t, targets, nvml, process_targets)))
+            self._placed(state, _gpus_of(t, targets, nvml, process_targets))
             for t in targets
             if (state := self._states.get(t.name)) is not None
         )
@@ -485,6 +511,13 @@ class Daemon:
             saturation_kv_usage=self.config.saturation_kv_usage,
         )
         return self.snapshot
+
+    def _placed(self, state: TargetState, gpus: tuple[GpuReading, ...]) -> TargetState:
+        """The state with the GPUs it runs on and what they cost per hour."""
+        key = (self.config.gpu_hour_prices, _priced_gpus(state, gpus))
+        if key not in self._costs:
+            self._costs[key] = gpus_hourly_cost(*key)
+        return replace(state, gpus=tuple(g.index for g in gpus), gpu_hourly_cost=self._costs[key])
 
     async def _poll_target(self, session: aiohttp.ClientSession, target: Target) -> TargetState:
         started = time.monotonic()

@@ -60,6 +60,8 @@ class TargetState:
     gpus: tuple[str, ...] = ()  # GPU indices this target runs on, as attributed
     last_error: str | None = None  # the failure in words: "HTTP 404", "timeout after 3s", ...
     warnings: tuple[str, ...] = ()  # what is wrong though the target is read (a model that is not the engine's)
+    # What the target's GPUs cost per hour (pricing.gpu_hour); None where not every one of them has a price.
+    gpu_hourly_cost: float | None = None
 
 
 @dataclass(frozen=True)

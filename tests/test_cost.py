@@ -1,4 +1,6 @@
-from exporter.cost import gpu_hour_price
+import pytest
+
+from exporter.cost import gpu_hour_price, gpus_hourly_cost
 
 PRICES = (("A100-80GB", 1.8), ("H100", 2.49), ("my-card", 0.5))
 
@@ -16,3 +18,16 @@ def test_an_exact_key_wins_and_an_unknown_name_is_priced_only_by_an_exact_key() 
 def test_a_gpu_no_key_names_has_no_price() -> None:
     assert gpu_hour_price(PRICES, "NVIDIA H200") is None
     assert gpu_hour_price((), "H100") is None
+
+
+def test_gpus_cost_the_sum_of_their_prices_whatever_name_each_goes_by() -> None:
+    names = ("NVIDIA H100 80GB HBM3", "H100-80GB", "A100-80GB", "my-card")
+    assert gpus_hourly_cost(PRICES, names) == pytest.approx(2.49 + 2.49 + 1.8 + 0.5)
+
+
+def test_one_gpu_without_a_price_leaves_the_whole_cost_unknown() -> None:
+    assert gpus_hourly_cost(PRICES, ("H100", "NVIDIA L4")) is None
+
+
+def test_no_gpus_have_no_cost_rather_than_a_cost_of_zero() -> None:
+    assert gpus_hourly_cost(PRICES, ()) is None
