@@ -3,6 +3,7 @@ so a bad flag's message names the flag, and environment twins for flags."""
 
 import argparse
 import os
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -35,6 +36,58 @@ def flag_type(parse: Callable[[str], T]) -> Callable[[str], T]:
 
 
 size_arg = flag_type(parse_size)
+
+# Below this a size without a unit is a unit forgotten, not a number of bytes anyone means ("--gpu-memory 80").
+_SMALLEST_UNITLESS_SIZE = 1024**2
+_SMALLEST_GPU = 1024**3
+
+
+def memory_size_arg(text: str) -> int:
+    """A size as `size_arg` reads it, refusing a small number without a unit (bytes nobody meant)."""
+    size = size_arg(text)
+    if text.strip().replace(".", "", 1).isdigit() and size < _SMALLEST_UNITLESS_SIZE:
+        raise argparse.ArgumentTypeError(f"{text} is {size} bytes (did you mean {text.strip()}GiB?)")
+    return size
+
+
+def gpu_memory_arg(text: str) -> int:
+    """A GPU's total memory: at least 1 GiB, so "80MB" for "80GB" is caught rather than planned."""
+    size = memory_size_arg(text)
+    if size < _SMALLEST_GPU:
+        raise argparse.ArgumentTypeError(f"{text} is less than 1 GiB, too small for a GPU (e.g. 80GiB, 79.19GiB)")
+    return size
+
+
+# vLLM's human_readable_int (vllm/utils/argparse_utils.py): lower-case k, m, g, t are decimal, upper-case K, M,
+# G, T binary, so "--max-model-len 32K" pasted from a vLLM command means 32768 here as it does there.
+_ENGINE_INT = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT])")
+_ENGINE_MULTIPLIERS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def engine_int(text: str) -> int:
+    """A count or byte size as vLLM reads it: 4096, 32k (32000), 32K (32768), 8G (8 GiB)."""
+    stripped = text.strip()
+    match = _ENGINE_INT.fullmatch(stripped)
+    if match is None:
+        if not stripped.isdigit():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a count such as 4096, 32k (32000) or 32K (32768)")
+        value = int(stripped)
+    else:
+        number, suffix = match.groups()
+        value = int(float(number) * _ENGINE_MULTIPLIERS[suffix])
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def context_length_arg(text: str) -> int | None:
+    """A context length as vLLM and SGLang read it; "auto" or -1 (vLLM's spelling of the default) is the
+    model's own maximum."""
+    if text.strip().lower() in {"auto", "-1"}:
+        return None
+    return engine_int(text)
+
+
 duration_arg = flag_type(validate_duration)
 duration_or_zero_arg = flag_type(parse_duration)
 

@@ -1,62 +1,198 @@
-"""The deployment flags `plan` and `loadtest` share: the deployment the capacity model plans, and the GPU."""
+"""The deployment flags `plan` and `loadtest` share: the deployment the capacity model plans, and the GPU.
+
+Every flag also answers to vLLM's and SGLang's spelling of it (`--tensor-parallel-size`, `-tp`, `--tp-size`,
+`--mem-fraction-static`, ...), and `--from` reads a whole engine command line into the same flags.
+"""
 
 import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, NoReturn
 
 from exporter.capacity import quantization
 from exporter.capacity.gpus import GpuSpec
-from exporter.capacity.plan import Deployment
+from exporter.capacity.plan import Deployment, PlanError
 from exporter.catalog import find_gpu
-from exporter.cli_args import positive_int, ratio_arg, size_arg, version_arg
+from exporter.cli_args import (
+    context_length_arg,
+    engine_int,
+    gpu_memory_arg,
+    memory_size_arg,
+    positive_int,
+    ratio_arg,
+    version_arg,
+)
+from exporter.engine_command_line import SETTINGS, EngineCommandLine, parse_engine_command_line
+
+# Unset flags stay None (not the engine's default) so that a flag given beside --from can be told from one not
+# given; deployment_from_args fills the defaults.
+_DEFAULT_ENGINE = "vllm"
+_ALIASES = {s.flag: s.spellings() for s in SETTINGS}
 
 
-def add_deployment_flags(p: argparse._ActionsContainer) -> None:
-    """The deployment the capacity model plans: `plan`'s flags, which `loadtest` shares for its comparison."""
-    p.add_argument("--gpu-memory", type=size_arg, help="GPU memory instead of a preset (80GiB, 81920MiB, bytes)")
-    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size")
-    p.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel size")
-    p.add_argument("--dp", type=positive_int, default=1, help="data-parallel size: engines per replica")
-    p.add_argument("--enable-expert-parallel", action="store_true", help="MoE experts split over DP x TP GPUs")
-    p.add_argument("--engine", default="vllm", choices=["vllm", "sglang"])
-    p.add_argument(
+def _deployment_arguments(p: argparse._ActionsContainer) -> None:
+    def add(flag: str, **kwargs: Any) -> None:
+        p.add_argument(flag, *_ALIASES.get(flag, ()), **kwargs)
+
+    add("--gpu-memory", type=gpu_memory_arg, help="GPU memory instead of, or for, a preset (80GiB, 79.19GiB, 80Gi)")
+    add("--tp", type=positive_int, help="tensor-parallel size (default 1)")
+    add("--pp", type=positive_int, help="pipeline-parallel size (default 1)")
+    add("--dp", type=positive_int, help="data-parallel size: engines per replica (default 1)")
+    add("--enable-expert-parallel", action="store_true", help="MoE experts split over DP x TP GPUs")
+    add("--ep-size", type=positive_int, help="SGLang's expert-parallel size: above 1, as --enable-expert-parallel")
+    add("--engine", choices=["vllm", "sglang"], help=f"default {_DEFAULT_ENGINE}")
+    add(
         "--gpu-memory-utilization",
         type=ratio_arg,
         help="vLLM's gpu_memory_utilization or SGLang's mem_fraction_static (default: the engine's)",
     )
-    p.add_argument("--max-model-len", type=positive_int, help="context length (default: the model's)")
-    p.add_argument("--max-num-batched-tokens", type=positive_int, help="default: vLLM's for this GPU")
-    p.add_argument("--max-num-seqs", type=positive_int, help="default: vLLM's for this GPU")
-    p.add_argument("--dtype", default="auto", help="weights dtype: auto, bfloat16, float16, float32")
-    p.add_argument("--kv-cache-dtype", default="auto", help="auto (the weights' dtype) or fp8")
-    p.add_argument("--block-size", type=positive_int, help="KV block size in tokens (default: vLLM's)")
-    p.add_argument("--kv-cache-memory", type=size_arg, help="KV pool size per GPU, as vLLM's flag: skips profiling")
-    p.add_argument("--quantization", help="online quantization of a 16-bit checkpoint: fp8 or bitsandbytes")
-    p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
-    p.add_argument(
+    add("--max-model-len", type=context_length_arg, help="context length, e.g. 32768 or 32K (default: the model's)")
+    add("--max-num-batched-tokens", type=engine_int, help="default: vLLM's for this GPU")
+    add("--max-num-seqs", type=positive_int, help="default: vLLM's for this GPU")
+    add("--dtype", help="weights dtype: auto, bfloat16, float16, float32 (default auto)")
+    add("--kv-cache-dtype", help="auto (the weights' dtype) or fp8 (default auto)")
+    add("--block-size", type=positive_int, help="KV block size in tokens (default: vLLM's)")
+    add(
+        "--kv-cache-memory",
+        type=memory_size_arg,
+        help="KV pool size per GPU (8GiB, 8Gi, 8GB), as vLLM's flag: skips profiling",
+    )
+    add(
+        "--kv-cache-memory-bytes",
+        dest="kv_cache_memory",
+        type=engine_int,
+        help="vLLM's own flag, in vLLM's units (8G = 8 GiB, 8g = 8e9): the same as --kv-cache-memory",
+    )
+    add("--quantization", help="online quantization of a 16-bit checkpoint: fp8 or bitsandbytes")
+    add("--enforce-eager", action="store_true", help="no CUDA graphs")
+    add(
         "--vllm-version",
         type=version_arg,
         help="model an older vLLM (e.g. 0.10): defaults, CUDA-graph budgeting and token counting changed",
     )
 
 
+class _EngineFlagParser(argparse.ArgumentParser):
+    """Reads --from's flags with the same types as the flags themselves; a bad value raises instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise argparse.ArgumentTypeError(message)
+
+
+def _engine_flag_parser() -> _EngineFlagParser:
+    parser = _EngineFlagParser(prog="--from", add_help=False, argument_default=argparse.SUPPRESS)
+    _deployment_arguments(parser)
+    return parser
+
+
+def _flag_name(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _read_engine_flags(command: EngineCommandLine) -> dict[str, tuple[Any, str]]:
+    """Each setting --from gives, converted as its Plimsoll flag converts it, with its spelling in the command."""
+    parser = _engine_flag_parser()
+    read: dict[str, tuple[Any, str]] = {
+        "model": (command.model, f"model {command.model}"),
+        "engine": (command.engine, command.engine),
+    }
+    for spelling, raw in command.settings:
+        given = [spelling] if raw is None else [f"{spelling}={raw}"]
+        shown = spelling if raw is None else f"{spelling} {raw}"
+        try:
+            values = vars(parser.parse_args(given))
+        except argparse.ArgumentTypeError as error:
+            raise argparse.ArgumentTypeError(f"{shown}: {error}") from None
+        read.update((dest, (value, shown)) for dest, value in values.items())
+    return read
+
+
+def _conflict(dest: str, value: Any, shown: str) -> str:
+    given = "--model" if dest == "model" else _flag_name(dest)
+    return f"--from says {shown} but {given} says {value}: give it once"
+
+
+class _FromEngineCommandLine(argparse.Action):
+    """--from "vllm serve MODEL ...": fills the model, the engine and the flags as if they had been typed."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        try:
+            command = parse_engine_command_line(str(values))
+            settings = _read_engine_flags(command)
+        except (ValueError, argparse.ArgumentTypeError) as error:
+            parser.error(f"--from: {error}")
+        for dest, (value, shown) in settings.items():
+            current = getattr(namespace, dest, None)
+            if current not in (None, False) and current != value:
+                parser.error(_conflict(dest, current, shown))
+            setattr(namespace, dest, value)
+        setattr(namespace, self.dest, settings)
+        if command.ignored:
+            print(
+                f"{parser.prog}: --from: no effect on GPU memory, ignored: {' '.join(command.ignored)}", file=sys.stderr
+            )
+
+
+def add_deployment_flags(p: argparse._ActionsContainer) -> None:
+    """The deployment the capacity model plans: `plan`'s flags, which `loadtest` shares for its comparison."""
+    _deployment_arguments(p)
+    p.add_argument(
+        "--from",
+        dest="engine_command_line",
+        action=_FromEngineCommandLine,
+        metavar="COMMAND",
+        help='the engine\'s launch command, quoted: "vllm serve MODEL --tensor-parallel-size 2 ..." or '
+        '"python -m sglang.launch_server --model-path MODEL --tp 2 ..." (sets --model, --engine and the flags)',
+    )
+
+
+def _check_agrees_with_engine_command_line(args: argparse.Namespace) -> None:
+    """A flag given after --from that contradicts it (one given before is caught while parsing)."""
+    for dest, (value, shown) in (getattr(args, "engine_command_line", None) or {}).items():
+        current = getattr(args, dest, None)
+        if current != value:
+            raise PlanError(_conflict(dest, current, shown))
+
+
+DEFAULT_GPU = "H100-80GB"
+
+
 def gpu_for(args: argparse.Namespace) -> GpuSpec:
-    if args.gpu_memory is not None:
+    """--gpu's preset, with --gpu-memory's total where given; --gpu-memory alone is a GPU known by its memory."""
+    if args.gpu is None and args.gpu_memory is not None:
         return GpuSpec(name=f"{args.gpu_memory / 1024**3:.2f}GiB GPU", memory_bytes=args.gpu_memory)
-    return find_gpu(args.gpu)
+    preset = find_gpu(args.gpu or DEFAULT_GPU)
+    if args.gpu_memory is None:
+        return preset
+    # The name and what it implies (vLLM's smaller A100 defaults) stay; only the total changes.
+    return replace(preset, memory_bytes=args.gpu_memory, evidence="--gpu-memory")
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 def deployment_from_args(args: argparse.Namespace) -> Deployment:
+    _check_agrees_with_engine_command_line(args)
     return Deployment(
-        engine=args.engine,
-        tensor_parallel=args.tp,
-        pipeline_parallel=args.pp,
-        data_parallel=args.dp,
-        expert_parallel=args.enable_expert_parallel,
+        engine=_or(args.engine, _DEFAULT_ENGINE),
+        tensor_parallel=_or(args.tp, 1),
+        pipeline_parallel=_or(args.pp, 1),
+        data_parallel=_or(args.dp, 1),
+        expert_parallel=args.enable_expert_parallel or _or(args.ep_size, 1) > 1,
         gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=args.max_model_len,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs,
-        dtype=args.dtype,
-        kv_cache_dtype=args.kv_cache_dtype,
+        dtype=_or(args.dtype, "auto"),
+        kv_cache_dtype=_or(args.kv_cache_dtype, "auto"),
         block_size=args.block_size,
         kv_cache_memory_bytes=args.kv_cache_memory,
         enforce_eager=args.enforce_eager,

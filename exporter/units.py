@@ -2,7 +2,8 @@
 
 Sizes follow the convention people type on the command line: binary suffixes (KiB, MiB, GiB, TiB) are powers
 of 1024, decimal ones (KB, MB, GB, TB) powers of 1000, and a plain number is bytes. "80GB" therefore is not
-"80GiB": GPU vendors print decimal gigabytes on the box and the CUDA runtime reports binary ones.
+"80GiB": GPU vendors print decimal gigabytes on the box and the CUDA runtime reports binary ones. Kubernetes
+quantities mean the same (80G is 80GB, 80Gi is 80GiB), so sizes copied from a pod spec read as written.
 """
 
 import math
@@ -19,6 +20,16 @@ _SIZE_UNITS = {
     "mib": 1024**2,
     "gib": 1024**3,
     "tib": 1024**4,
+    # Kubernetes quantities: k, M, G, T decimal and Ki, Mi, Gi, Ti binary. Case is not significant here, since
+    # the sizes are bytes and a milli-byte ("m") means nothing.
+    "k": 1000,
+    "m": 1000**2,
+    "g": 1000**3,
+    "t": 1000**4,
+    "ki": 1024,
+    "mi": 1024**2,
+    "gi": 1024**3,
+    "ti": 1024**4,
 }
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
@@ -47,7 +58,7 @@ def value_kind(value: object) -> str:
 
 
 def parse_size(text: object) -> int:
-    """Bytes from "80GiB", "80GB", "81920MiB", "1.5e9" or a plain number of bytes."""
+    """Bytes from "80GiB", "80GB", "81920MiB", "80Gi", "80G", "1.5e9" or a plain number of bytes."""
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ValueError(f"expected a size such as 80GiB, got {value_kind(text)}")
     if isinstance(text, int | float):
@@ -58,7 +69,9 @@ def parse_size(text: object) -> int:
             raise ValueError(f"{text!r} is not a size (expected e.g. 80GiB, 80GB, 81920MiB or bytes)")
         value, unit = float(match.group(1)), match.group(2).lower()
     if unit not in _SIZE_UNITS:
-        raise ValueError(f"{text!r} has an unknown unit {unit!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+        raise ValueError(
+            f"{text!r} has an unknown unit {unit!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, or Kubernetes' G, Gi)"
+        )
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{text!r} is not a non-negative size")
     return round(value * _SIZE_UNITS[unit])

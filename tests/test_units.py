@@ -14,9 +14,15 @@ from exporter.units import parse_duration, parse_size
         ("2097152", 2097152),
         ("1.5GiB", 3 * 1024**3 // 2),
         (" 4 gib ", 4 * 1024**3),
+        ("80Gi", 80 * 1024**3),
+        ("80G", 80 * 1000**3),
+        ("80000M", 80 * 1000**3),
+        ("80Mi", 80 * 1024**2),
+        ("2Ti", 2 * 1024**4),
+        ("512k", 512_000),
     ],
 )
-def test_sizes(text, expected):
+def test_sizes_in_the_usual_and_the_kubernetes_spellings(text, expected):
     assert parse_size(text) == expected
 
 

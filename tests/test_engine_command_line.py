@@ -1,0 +1,81 @@
+"""Engine launch commands as users paste them, split into engine, model, memory flags and ignored flags."""
+
+import pytest
+
+from exporter.engine_command_line import EngineCommandLineError, parse_engine_command_line
+
+
+def test_vllm_serve_takes_the_model_first_and_keeps_memory_flags_as_written():
+    command = parse_engine_command_line(
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 --max-model-len=32768 --enforce-eager"
+    )
+    assert (command.engine, command.model) == ("vllm", "meta-llama/Llama-3.1-8B-Instruct")
+    assert command.settings == (
+        ("--tensor-parallel-size", "2"),
+        ("--max-model-len", "32768"),
+        ("--enforce-eager", None),
+    )
+
+
+def test_vllm_api_server_module_takes_the_model_from_its_flag():
+    command = parse_engine_command_line("python3 -m vllm.entrypoints.openai.api_server --model org/m -tp 4 -pp 2")
+    assert (command.engine, command.model) == ("vllm", "org/m")
+    assert command.settings == (("-tp", "4"), ("-pp", "2"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "python -m sglang.launch_server --model-path org/m --tp-size 2 --mem-fraction-static 0.85",
+        "sglang serve --model org/m --tp-size 2 --mem-fraction-static 0.85",
+    ],
+)
+def test_sglang_launches_read_the_same(text):
+    command = parse_engine_command_line(text)
+    assert (command.engine, command.model) == ("sglang", "org/m")
+    assert command.settings == (("--tp-size", "2"), ("--mem-fraction-static", "0.85"))
+
+
+def test_serving_flags_are_ignored_and_listed_even_with_many_values():
+    command = parse_engine_command_line(
+        "vllm serve org/m --host 0.0.0.0 --port 8000 --served-model-name a b --trust-remote-code "
+        "--no-enable-prefix-caching --dtype bfloat16"
+    )
+    assert command.ignored == ("--host", "--port", "--served-model-name", "--trust-remote-code",
+                               "--no-enable-prefix-caching")  # fmt: skip
+    assert command.settings == (("--dtype", "bfloat16"),)
+
+
+def test_environment_assignments_and_line_continuations_are_accepted():
+    command = parse_engine_command_line("CUDA_VISIBLE_DEVICES=0,1 vllm serve org/m \\\n  --tensor-parallel-size 2")
+    assert command.settings == (("--tensor-parallel-size", "2"),)
+
+
+def test_an_unknown_flag_is_named():
+    with pytest.raises(EngineCommandLineError, match="--speculative-config is not a vllm flag"):
+        parse_engine_command_line("vllm serve org/m --speculative-config '{}'")
+
+
+def test_another_engines_spelling_is_unknown_to_this_engine():
+    with pytest.raises(EngineCommandLineError, match="--mem-fraction-static is not a vllm flag"):
+        parse_engine_command_line("vllm serve org/m --mem-fraction-static 0.8")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("docker run vllm/vllm-openai", "expected `vllm serve MODEL ...`"),
+        ("vllm serve --port 8000", "no model"),
+        ("vllm serve org/m --tensor-parallel-size", "--tensor-parallel-size needs a value"),
+        ("vllm serve org/m --model other/m", "two models"),
+        ("vllm serve org/m stray", "unexpected 'stray'"),
+        ("vllm serve 'org/m", "cannot split"),
+    ],
+)
+def test_what_is_not_a_launch_command_says_why(text, message):
+    with pytest.raises(EngineCommandLineError, match=message):
+        parse_engine_command_line(text)
+
+
+def test_a_negative_value_is_a_value_not_a_flag():
+    assert parse_engine_command_line("vllm serve org/m --max-model-len -1").settings == (("--max-model-len", "-1"),)
