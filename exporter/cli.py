@@ -114,15 +114,16 @@ def _add_probe(commands: argparse._SubParsersAction) -> None:
 def _add_generate(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "generate",
-        help="Prometheus rules and Grafana dashboards from a config",
+        help="Prometheus rules, Grafana dashboards and autoscalers from a config",
         formatter_class=Formatter,
-        description="Writes rules/plimsoll.rules.yaml, deploy/kubernetes/prometheusrule.yaml and dashboards/*.json "
-        "under --out, from the config's SLOs, saturation threshold and lead time. --check writes nothing and "
-        "exits 1 when a file under --out differs from what the config generates.",
+        description="Writes rules/plimsoll.rules.yaml, deploy/kubernetes/prometheusrule.yaml, dashboards/*.json and, "
+        "with an autoscaling section, deploy/kubernetes/autoscaling/ under --out, from the config. --check writes "
+        "nothing and exits 1 when a file under --out differs from what the config generates, or when a scaler "
+        "file in deploy/kubernetes/autoscaling/ as it is on disk (hand edits included) has a shape known to fail.",
     )
     env_twin(p, "--config", "PLIMSOLL_CONFIG", required=False, help="YAML config file (default: built-in defaults)")
     p.add_argument("--out", default=".", help="directory to write under")
-    p.add_argument("--check", action="store_true", help="compare instead of writing")
+    p.add_argument("--check", action="store_true", help="compare and lint instead of writing")
     p.set_defaults(handler=_generate)
 
 
@@ -316,7 +317,12 @@ def _generate(args: argparse.Namespace) -> int:
         source = f"--config {args.config} " if args.config else ""
         for path in differing:
             print(f"stale: {out / path} (regenerate: plimsoll generate {source}--out {out})")
-        return 1 if differing else EXIT_OK
+        scalers = generate.lint_scalers(config, out)
+        for line in scalers.skipped:
+            print(f"skipped: {line}")
+        for problem in scalers.problems:
+            print(f"lint: {problem}")
+        return 1 if differing or scalers.problems else EXIT_OK
     for written in generate.write(items, out):
         print(f"wrote {written}")
     return EXIT_OK
