@@ -374,7 +374,8 @@ def layouts(
     data_parallel: int | None = None,
 ) -> list[Layout]:
     """Layouts to try, fewest GPUs first; a given size is kept as it is. Pipeline parallelism is tried across
-    nodes (TP 8 x PP stages) and data parallelism for MoE models only (with expert parallelism: it is how vLLM serves them); for a dense model it is just replicas."""
+    nodes (TP 8 x PP stages), data parallelism for MoE models only (with expert parallelism, as vLLM serves
+    them; for a dense model DP engines are just replicas)."""
     tps = (
         [tensor_parallel]
         if tensor_parallel
@@ -383,7 +384,7 @@ def layouts(
     pps = [pipeline_parallel] if pipeline_parallel else [p for p in PIPELINE_PARALLEL_CHOICES if p <= arch.num_layers]
     dps = [data_parallel] if data_parallel else list(DATA_PARALLEL_CHOICES) if arch.moe is not None else [1]
     found = [
-        Layout(tp, pp, dp, expert_parallel=arch.moe is not None and dp * tp > 1 and dp > 1)
+        Layout(tp, pp, dp, expert_parallel=arch.moe is not None and dp > 1)
         for tp in tps
         for pp in pps
         for dp in dps
