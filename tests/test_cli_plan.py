@@ -144,3 +144,49 @@ def test_inverse_planning_needs_request_size(capsys):
     code, _, err = run(capsys, "plan", "--model", "qwen3-8b", "--concurrency", "32")
     assert code == 2
     assert "--context" in err
+
+
+def test_context_with_prompt_tokens_is_an_error(capsys):
+    code, _, err = run(
+        capsys, "plan", "--model", "qwen3-8b", "--concurrency", "8", "--context", "4096", "--prompt-tokens", "100"
+    )
+    assert code == 2
+    assert "not both" in err
+
+
+def test_request_size_without_concurrency_is_an_error_not_ignored(capsys):
+    code, _, err = run(capsys, "plan", "--model", "qwen3-8b", "--prompt-tokens", "1000", "--output-tokens", "100")
+    assert code == 2
+    assert "--prompt-tokens, --output-tokens" in err and "--concurrency" in err
+
+
+def test_max_model_len_above_the_models_maximum_is_an_error(capsys):
+    code, _, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--max-model-len", "262144")
+    assert code == 2
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in err
+
+
+def test_data_and_expert_parallel_show_in_table_and_json(capsys):
+    argv = ["plan", "--model", "deepseek-v3", "--gpu", "H200", "--dp", "8", "--enable-expert-parallel"]
+    code, out, _ = run(capsys, *argv, "--max-model-len", "32768")
+    assert code == 0
+    assert "x 8 (TP 1, PP 1, DP 8, EP)" in out
+    _, out, _ = run(capsys, *argv, "--max-model-len", "32768", "--format", "json")
+    answer = json.loads(out)
+    assert (answer["data_parallel"], answer["expert_parallel"], answer["gpus"]) == (8, True, 8)
+    assert answer["kv_cache_tokens_per_replica"] == 8 * answer["kv_cache_tokens"]
+
+
+def test_gpu_hour_prices_from_config_and_flags_rank_by_cost(capsys, tmp_path):
+    config = tmp_path / "plimsoll.yaml"
+    config.write_text("pricing:\n  gpu_hour:\n    H100-80GB: 0.01\n    L4: 9.0\n")
+    argv = ["plan", "--model", "qwen3-8b", "--gpu", "any", "--concurrency", "64", "--context", "8192"]
+    code, out, _ = run(capsys, *argv, "--config", str(config), "--format", "json")
+    answer = json.loads(out)
+    assert code == 0 and answer["ranked_by"] == "cost_per_hour"
+    assert answer["options"][0]["gpu"] == "H100-80GB"
+    _, out, _ = run(capsys, *argv, "--config", str(config), "--gpu-hour-price", "H100=99", "--format", "json")
+    priced = [o for o in json.loads(out)["options"] if o["gpu"] == "H100-80GB"]
+    assert priced[0]["gpu_hour_price"] == 99.0
+    _, out, _ = run(capsys, *argv, "--config", str(config))
+    assert "ranked by cost per hour" in out and "cost/hour" in out
