@@ -9,6 +9,11 @@ Three comparisons per log, each printed only where the log carries the number:
 A baseline is printed beside it: the back-of-envelope most calculators use (KV = utilization x memory - weights,
 with weights = parameters x bytes, nothing else subtracted).
 
+The end-to-end figure is in-sample: the overhead terms were fitted to these logs. The bench therefore also refits
+them (exporter/capacity/fit.py) on every source but one, scores the left-out source with the refit terms and the
+range exporter/capacity/uncertainty.py derives from the refit spreads, and reports that honest figure, the range's
+coverage and its median width beside the in-sample ones.
+
     .venv/bin/python bench/model_accuracy.py            # table and summary
     .venv/bin/python bench/model_accuracy.py --markdown # the summary as a README table
 """
@@ -16,16 +21,21 @@ with weights = parameters x bytes, nothing else subtracted).
 import argparse
 import statistics
 import sys
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import yaml
 
+from exporter.capacity import assumptions as A
 from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.fit import FittedTerms, TermObservation, fit_terms, term_spreads
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.plan import CapacityPlan, Deployment, plan
 from exporter.capacity.quantization import Quantization, from_config, from_flag
+from exporter.capacity.uncertainty import SHIPPED_SPREADS, TermSpreads, kv_cache_tokens_range
 from exporter.catalog import CatalogError, find_gpu, load_model
 from exporter.units import GIB
 
@@ -64,6 +74,8 @@ SAME_ARCHITECTURE: dict[str, tuple[str, str | dict[str, Any] | None]] = {
     ),
 }
 INT8 = Quantization("int", 8, 1.0)
+# The terms as the shipped model applies them: the constants in `assumptions`, the activation estimate unscaled.
+SHIPPED_TERMS = FittedTerms(A.NON_TORCH_BYTES_SINGLE_GPU, A.NON_TORCH_BYTES_MULTI_GPU, A.CUDA_GRAPH_BYTES, 1.0, ())
 
 
 @dataclass(frozen=True)
@@ -116,13 +128,22 @@ def _gpu(entry: dict[str, Any]) -> GpuSpec | None:
         return None
 
 
-def score(entry: dict[str, Any]) -> Score:
-    name = entry["model"]
+@dataclass(frozen=True)
+class Setup:
+    """One log's model, GPU and flags, and the shipped model's plan for it."""
+
+    arch: ModelArchitecture
+    gpu: GpuSpec | None
+    deployment: Deployment
+    reference: CapacityPlan
+
+
+def _setup(entry: dict[str, Any]) -> Setup | None:
+    """None where no preset has the log's architecture."""
     try:
-        arch, quantization = _model(name, entry.get("quantization"))
+        arch, quantization = _model(entry["model"], entry.get("quantization"))
     except CatalogError:
-        return Score(entry["id"], name, None, None, None, None, None, skipped="no preset for this architecture")
-    observed = entry["observed"]
+        return None
     deployment = Deployment(
         tensor_parallel=entry["tensor_parallel"],
         pipeline_parallel=entry.get("pipeline_parallel") or 1,
@@ -138,7 +159,16 @@ def score(entry: dict[str, Any]) -> Score:
         vllm_version=_version(entry.get("vllm_version")),
     )
     gpu = _gpu(entry)
-    reference = plan(arch, gpu or GpuSpec("unknown", 80 * GIB), deployment)
+    return Setup(arch, gpu, deployment, plan(arch, gpu or GpuSpec("unknown", 80 * GIB), deployment))
+
+
+def score(entry: dict[str, Any]) -> Score:
+    name = entry["model"]
+    setup = _setup(entry)
+    if setup is None:
+        return Score(entry["id"], name, None, None, None, None, None, skipped="no preset for this architecture")
+    arch, gpu, deployment, reference = setup.arch, setup.gpu, setup.deployment, setup.reference
+    observed = entry["observed"]
     block = reference.deployment.block_size or 16
     tokens = _observed_tokens(entry, block)
     weights = (reference.weights.per_gpu_bytes / GIB, observed["weights_gib"]) if observed.get("weights_gib") else None
@@ -168,6 +198,125 @@ def _baseline_tokens(reference: CapacityPlan) -> float:
     return max(0.0, budget / reference.layout.bytes_per_token)
 
 
+def source(entry: dict[str, Any]) -> str:
+    """Where a log comes from (a repository, or a site): the unit left out together, since one harness's logs
+    share its quirks."""
+    url = urlparse(entry["source"].split()[0])
+    if url.netloc == "github.com":
+        return "/".join(url.path.strip("/").split("/")[:2])
+    return url.netloc
+
+
+def observation(entry: dict[str, Any]) -> TermObservation:
+    """What the log printed about the fitted terms (those need no preset), with the model's predictions where
+    a preset gives them."""
+    observed, setup = entry["observed"], _setup(entry)
+    gib = {key: round(observed[key] * GIB) if observed.get(key) is not None else None for key in observed}
+    predicted = setup.reference if setup is not None else None
+    weights = activation = None
+    if predicted is not None and gib.get("weights_gib"):
+        weights = (predicted.weights.per_gpu_bytes, gib["weights_gib"])
+    if predicted is not None and gib.get("activation_peak_gib"):
+        activation = (predicted.activation_bytes, gib["activation_peak_gib"])
+    stated = entry.get("vllm_version")
+    return TermObservation(
+        # a log that states no version counts only towards the all-versions fit, not towards V0's
+        version=_version(stated) if stated else None,
+        gpus=entry["tensor_parallel"] * (entry.get("pipeline_parallel") or 1),
+        non_torch_bytes=gib.get("non_torch_gib"),
+        activation_bytes=activation,
+        weights_bytes=weights,
+        cuda_graph_bytes=gib.get("cudagraph_estimate_gib"),
+    )
+
+
+def refit_plan(setup: Setup, fitted: FittedTerms) -> CapacityPlan:
+    """The shipped model's plan for a log, with the fitted terms replaced by `fitted`."""
+    reference, gpu = setup.reference, setup.gpu
+    d = reference.deployment
+    assert gpu is not None and d.gpu_memory_utilization is not None
+    assert d.vllm_version is not None
+    activation = fitted.activation(reference.activation_bytes, d.vllm_version)
+    non_torch = fitted.non_torch(reference.num_gpus)
+    graphs = fitted.cuda_graph_bytes if reference.cuda_graph_bytes else 0
+    budget = round(gpu.memory_bytes * d.gpu_memory_utilization) - reference.weights.per_gpu_bytes
+    budget -= activation + non_torch + graphs
+    given = plan(setup.arch, gpu, replace(setup.deployment, kv_cache_memory_bytes=max(0, budget)))
+    return replace(
+        given,
+        deployment=d,
+        activation_bytes=activation,
+        non_torch_bytes=non_torch,
+        cuda_graph_bytes=graphs,
+        kv_cache_bytes=budget,
+    )
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One log scored end to end: in-sample with the shipped model, out of sample with terms refit without it."""
+
+    id: str
+    source: str
+    observed: float
+    in_sample: float
+    in_sample_range: tuple[int, int]
+    out_of_sample: float
+    out_of_sample_range: tuple[int, int]
+
+    def covered(self, out_of_sample: bool = True) -> bool:
+        low, high = self.out_of_sample_range if out_of_sample else self.in_sample_range
+        return low <= self.observed <= high
+
+    def width(self, out_of_sample: bool = True) -> float:
+        low, high = self.out_of_sample_range if out_of_sample else self.in_sample_range
+        return (high - low) / self.observed
+
+
+def fit_all(entries: Sequence[dict[str, Any]]) -> tuple[FittedTerms, TermSpreads]:
+    """The terms fitted on these logs, and how far they miss them."""
+    observations = [observation(e) for e in entries]
+    fitted = fit_terms(observations)
+    return fitted, term_spreads(observations, fitted)
+
+
+def shipped_spreads(entries: Sequence[dict[str, Any]]) -> TermSpreads:
+    """How far the shipped model's terms miss these logs: what `uncertainty.SHIPPED_SPREADS` should hold."""
+    return term_spreads([observation(e) for e in entries], SHIPPED_TERMS)
+
+
+def leave_one_source_out(entries: Sequence[dict[str, Any]]) -> list[Scored]:
+    """Every log scored end to end, each with the terms fitted on the other sources only."""
+    setups = {e["id"]: _setup(e) for e in entries}
+    results = []
+    for held_out in sorted({source(e) for e in entries}):
+        tested = []
+        for entry in entries:
+            setup = setups[entry["id"]]
+            if source(entry) != held_out or setup is None or setup.gpu is None:
+                continue
+            tokens = _observed_tokens(entry, setup.reference.deployment.block_size or A.VLLM_BLOCK_SIZE)
+            if tokens:
+                tested.append((entry, setup, tokens))
+        if not tested:
+            continue
+        fitted, spreads = fit_all([e for e in entries if source(e) != held_out])
+        for entry, setup, tokens in tested:
+            refit = refit_plan(setup, fitted)
+            results.append(
+                Scored(
+                    entry["id"],
+                    held_out,
+                    tokens,
+                    setup.reference.pool.tokens,
+                    kv_cache_tokens_range(setup.reference, SHIPPED_SPREADS),
+                    refit.pool.tokens,
+                    kv_cache_tokens_range(refit, spreads),
+                )
+            )
+    return results
+
+
 def _error(pair: tuple[float, float] | None) -> float | None:
     if pair is None or not pair[1]:
         return None
@@ -195,6 +344,21 @@ def summary(scores: list[Score]) -> list[tuple[str, int, float, float, float]]:
     return rows
 
 
+def out_of_sample_summary(loso: Sequence[Scored]) -> list[tuple[str, int, float, float, float]]:
+    errors = [abs(s.out_of_sample / s.observed - 1) for s in loso]
+    within = sum(e <= 0.05 for e in errors) / len(errors)
+    return [("KV tokens end to end, leave one source out", len(errors), statistics.median(errors), max(errors), within)]
+
+
+def range_summary(loso: Sequence[Scored]) -> list[tuple[str, int, float, float]]:
+    """Share of logs whose real KV tokens lie in the range, and the range's median width (of the real value)."""
+    rows = []
+    for label, out in (("in-sample (shipped spreads)", False), ("leave one source out", True)):
+        coverage = sum(s.covered(out) for s in loso) / len(loso)
+        rows.append((label, len(loso), coverage, statistics.median(s.width(out) for s in loso)))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--markdown", action="store_true")
@@ -211,10 +375,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{len(used)} logs scored, {len(skipped)} skipped (no preset for the architecture):")
         print("  " + ", ".join(sorted({s.model for s in skipped})))
         print()
+    loso = leave_one_source_out(entries)
     print("| comparison | logs | median abs error | max abs error | within 5% |")
     print("|---|---:|---:|---:|---:|")
-    for label, count, median, worst, within in summary(used):
+    for label, count, median, worst, within in summary(used) + out_of_sample_summary(loso):
         print(f"| {label} | {count} | {median:.1%} | {worst:.1%} | {within:.0%} |")
+    print()
+    print("| KV tokens range | logs | holds the logged value | median width |")
+    print("|---|---:|---:|---:|")
+    for label, count, coverage, width in range_summary(loso):
+        print(f"| {label} | {count} | {coverage:.0%} | {width:.1%} |")
+    if not args.markdown:
+        print("\nLeft out one source at a time (in-sample error -> out-of-sample error, range):")
+        for s in loso:
+            low, high = s.out_of_sample_range
+            mark = "" if s.covered() else "  (outside the range)"
+            print(
+                f"  {s.source[:32]:<32} {s.id[:46]:<46} {s.in_sample / s.observed - 1:+7.1%} -> "
+                f"{s.out_of_sample / s.observed - 1:+7.1%}  [{low / s.observed - 1:+.1%}, {high / s.observed - 1:+.1%}]"
+                + mark
+            )
+        fitted, _ = fit_all(entries)
+        print("\nFitted on all logs (exporter/capacity/fit.py) vs shipped (exporter/capacity/assumptions.py):")
+        for label, fit, shipped in (
+            ("non-torch at one GPU", fitted.non_torch_single_gpu_bytes, A.NON_TORCH_BYTES_SINGLE_GPU),
+            ("non-torch per GPU above", fitted.non_torch_multi_gpu_bytes, A.NON_TORCH_BYTES_MULTI_GPU),
+            ("CUDA-graph estimate", fitted.cuda_graph_bytes, A.CUDA_GRAPH_BYTES),
+        ):
+            print(f"  {label + ':':<27} {fit / GIB:.2f} vs {shipped / GIB:.2f} GiB")
+        by_version = ", ".join(f"v{v[0]}.{v[1]} {scale}" for v, scale in fitted.activation_scale_by_version)
+        print(f"  activation scale:           {by_version}; all versions {fitted.activation_scale} vs 1.0")
     return 0
 
 

@@ -6,6 +6,8 @@ against reality fails here, whatever the unit tests say.
 
 import importlib.util
 
+import pytest
+
 from tests.conftest import TESTS
 
 spec = importlib.util.spec_from_file_location("model_accuracy", TESTS.parent / "bench" / "model_accuracy.py")
@@ -41,3 +43,27 @@ def test_weights_are_within_two_percent_for_most_logs():
     count, median, _ = _rows()["weights per GPU"]
     assert count >= 25
     assert median <= 0.01
+
+
+def test_leave_one_source_out_figures_are_reproduced():
+    import yaml
+
+    entries = yaml.safe_load(model_accuracy.DATA.read_text())
+    scored = model_accuracy.leave_one_source_out(entries)
+    ((_, count, median, worst, _),) = model_accuracy.out_of_sample_summary(scored)
+    assert count == 28
+    # README: 4.6% median, 25.7% worst; the out-of-sample figure must not drift up unnoticed.
+    assert median <= 0.05
+    assert worst <= 0.27
+
+
+def test_fit_on_all_logs_reproduces_the_shipped_constants():
+    import yaml
+
+    from exporter.capacity import assumptions as A
+
+    fitted, _ = model_accuracy.fit_all(yaml.safe_load(model_accuracy.DATA.read_text()))
+    assert fitted.non_torch_single_gpu_bytes == pytest.approx(A.NON_TORCH_BYTES_SINGLE_GPU, rel=0.02)
+    assert fitted.non_torch_multi_gpu_bytes == pytest.approx(A.NON_TORCH_BYTES_MULTI_GPU, rel=0.02)
+    assert fitted.cuda_graph_bytes == pytest.approx(A.CUDA_GRAPH_BYTES, rel=0.02)
+    assert dict(fitted.activation_scale_by_version)[(0, 19)] == pytest.approx(1.0, abs=0.01)

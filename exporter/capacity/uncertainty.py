@@ -1,0 +1,97 @@
+"""How sure a plan's KV-token figure is: a range from how far each estimated term strayed in real startup logs.
+
+The KV budget is what is left of the GPU after the weights, the activation peak, non-torch memory and CUDA graphs.
+Each of those is an estimate, and each missed the real vLLM logs by a measured spread. A term measured on logs of
+the plan's vLLM version (and GPU count, for non-torch memory) uses that version's spread; a version without enough
+logs gets the spread over all versions, which is wider. The terms are treated as independent, so their spreads add
+in quadrature rather than all at their worst at once.
+
+`SHIPPED_SPREADS` is what `exporter.capacity.fit.term_spreads` derives from bench/data/vllm_startup_logs.yaml
+(`python bench/model_accuracy.py` prints it; tests/capacity/test_uncertainty.py checks it is current).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from exporter.units import GIB
+
+if TYPE_CHECKING:
+    from exporter.capacity.plan import CapacityPlan
+
+Version = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Bounds on one term's error (logged minus predicted) in the logs, `low <= 0 <= high`.
+
+    In bytes for the additive terms, as a fraction of the prediction for the proportional ones."""
+
+    low: float
+    high: float
+    samples: int
+
+
+@dataclass(frozen=True)
+class TermSpreads:
+    weights: Spread  # fraction of the predicted weights
+    activation: Spread  # fraction of the predicted activation peak, over all versions
+    activation_by_version: tuple[tuple[Version, Spread], ...]
+    non_torch_single_gpu: Spread  # bytes, over all versions
+    non_torch_multi_gpu: Spread
+    non_torch_by_version: tuple[tuple[tuple[bool, Version], Spread], ...]  # keyed by (more than one GPU, version)
+    cuda_graphs: Spread  # bytes
+
+    def activation_for(self, version: Version | None) -> Spread:
+        return dict(self.activation_by_version).get(version, self.activation) if version else self.activation
+
+    def non_torch_for(self, multi_gpu: bool, version: Version | None) -> Spread:
+        pooled = self.non_torch_multi_gpu if multi_gpu else self.non_torch_single_gpu
+        return dict(self.non_torch_by_version).get((multi_gpu, version), pooled) if version else pooled
+
+
+def _gib(low: float, high: float, samples: int) -> Spread:
+    return Spread(low * GIB, high * GIB, samples)
+
+
+SHIPPED_SPREADS = TermSpreads(
+    weights=Spread(-0.004, 0.067, 45),
+    activation=Spread(-0.61, 1.596, 29),
+    activation_by_version=(((0, 19), Spread(-0.029, 0.136, 20)),),
+    non_torch_single_gpu=_gib(-0.22, 0.50, 30),
+    non_torch_multi_gpu=_gib(-2.13, 0.39, 8),
+    non_torch_by_version=(
+        ((False, (0, 19)), _gib(-0.02, 0.22, 18)),
+        ((True, (0, 19)), _gib(-0.06, 0.15, 5)),
+    ),
+    cuda_graphs=_gib(-0.87, 1.04, 26),
+)
+
+
+def kv_cache_tokens_range(result: CapacityPlan, spreads: TermSpreads = SHIPPED_SPREADS) -> tuple[int, int]:
+    """The KV tokens the deployment may really get: (low, high), whole blocks, around `result.pool.tokens`."""
+    d = result.deployment
+    tokens = result.pool.tokens
+    if d.kv_cache_memory_bytes is not None:
+        return tokens, tokens  # given, not estimated: only the block arithmetic remains, which is exact
+    version = d.vllm_version
+    weights, activation = spreads.weights, spreads.activation_for(version)
+    non_torch = spreads.non_torch_for(d.tensor_parallel * d.pipeline_parallel > 1, version)
+    terms = [
+        (weights.low * result.weights.per_gpu_bytes, weights.high * result.weights.per_gpu_bytes),
+        (activation.low * result.activation_bytes, activation.high * result.activation_bytes),
+        (non_torch.low, non_torch.high) if result.non_torch_bytes else (0.0, 0.0),
+        (spreads.cuda_graphs.low, spreads.cuda_graphs.high) if result.cuda_graph_bytes else (0.0, 0.0),
+    ]
+    # A term that took more memory than predicted leaves fewer tokens, and the other way round.
+    fewer_bytes = math.hypot(*(high for _, high in terms))
+    more_bytes = math.hypot(*(low for low, _ in terms))
+    budget = result.kv_cache_bytes
+    per_byte = tokens / budget if tokens and budget > 0 else 1 / result.layout.bytes_per_token
+    block = result.pool.block_size
+    low = math.floor(max(0.0, budget - fewer_bytes) * per_byte / block) * block
+    high = math.ceil(max(0.0, budget + more_bytes) * per_byte / block) * block
+    return min(low, tokens), max(high, tokens)

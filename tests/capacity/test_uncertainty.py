@@ -1,0 +1,80 @@
+"""The range every plan gets around its KV-token figure, and whether it holds the real logs out of sample."""
+
+import importlib.util
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.capacity.fit import FitError, spread
+from exporter.capacity.plan import Deployment, plan
+from exporter.capacity.uncertainty import SHIPPED_SPREADS, kv_cache_tokens_range
+from exporter.catalog import find_gpu, load_model
+from exporter.units import GIB
+from tests.conftest import TESTS
+
+spec = importlib.util.spec_from_file_location("model_accuracy", TESTS.parent / "bench" / "model_accuracy.py")
+assert spec is not None and spec.loader is not None
+model_accuracy = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(model_accuracy)
+
+ENTRIES = yaml.safe_load(model_accuracy.DATA.read_text())
+LLAMA_8B = load_model("llama-3.1-8b")
+H100 = find_gpu("H100-80GB")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    tp=st.sampled_from([1, 2, 4, 8]),
+    version=st.sampled_from([None, (0, 6), (0, 10), (0, 19)]),
+    utilization=st.floats(0.3, 0.95),
+    eager=st.booleans(),
+)
+def test_range_holds_the_point_estimate_in_whole_blocks(tp, version, utilization, eager):
+    result = plan(
+        LLAMA_8B,
+        H100,
+        Deployment(tensor_parallel=tp, vllm_version=version, gpu_memory_utilization=utilization, enforce_eager=eager),
+    )
+    low, high = kv_cache_tokens_range(result)
+    assert low <= result.pool.tokens <= high
+    assert low % result.pool.block_size == 0 and high % result.pool.block_size == 0
+    assert low < high
+
+
+def test_a_version_with_its_own_logs_gets_a_narrower_range_than_one_without():
+    measured = plan(LLAMA_8B, H100, Deployment(tensor_parallel=2, vllm_version=(0, 19)))
+    unmeasured = plan(LLAMA_8B, H100, Deployment(tensor_parallel=2, vllm_version=(0, 10)))
+    measured_low, measured_high = kv_cache_tokens_range(measured)
+    unmeasured_low, unmeasured_high = kv_cache_tokens_range(unmeasured)
+    assert (measured_high - measured_low) / measured.pool.tokens < 0.5 * (
+        (unmeasured_high - unmeasured_low) / unmeasured.pool.tokens
+    )
+
+
+def test_fewer_logs_widen_a_terms_spread_beyond_what_was_seen():
+    few, many = spread([0.0, 1.0]), spread([i / 10 for i in range(11)])
+    assert (few.low, few.high) == (-1.0, 2.0)
+    assert many.high - many.low == pytest.approx(1.2)
+
+
+def test_a_term_no_log_prints_cannot_be_fitted():
+    with pytest.raises(FitError, match="no log prints"):
+        spread([])
+
+
+def test_a_given_kv_cache_memory_leaves_nothing_to_estimate():
+    result = plan(LLAMA_8B, H100, Deployment(kv_cache_memory_bytes=40 * GIB))
+    assert kv_cache_tokens_range(result) == (result.pool.tokens, result.pool.tokens)
+
+
+def test_shipped_spreads_are_what_the_fit_derives_from_the_logs():
+    assert model_accuracy.shipped_spreads(ENTRIES) == SHIPPED_SPREADS
+
+
+def test_range_holds_the_real_kv_tokens_for_nine_logs_in_ten_out_of_sample():
+    scored = model_accuracy.leave_one_source_out(ENTRIES)
+    assert len(scored) >= 25
+    coverage = sum(s.covered() for s in scored) / len(scored)
+    assert coverage >= 0.9, [s.id for s in scored if not s.covered()]
