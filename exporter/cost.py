@@ -43,3 +43,8 @@ def gpus_hourly_cost(prices: GpuHourPrices, gpu_names: Sequence[str]) -> float |
             return None
         total += price
     return total
+
+
+def unpriced_gpus(prices: GpuHourPrices, gpu_names: Sequence[str]) -> tuple[str, ...]:
+    """The names among `gpu_names` that no key prices, each once, in order."""
+    return tuple(dict.fromkeys(name for name in gpu_names if gpu_hour_price(prices, name) is None))

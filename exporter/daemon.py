@@ -38,7 +38,7 @@ from exporter.config import (
     redact_url,
     scan_targets,
 )
-from exporter.cost import GpuHourPrices, gpus_hourly_cost
+from exporter.cost import GpuHourPrices, gpus_hourly_cost, unpriced_gpus
 from exporter.headroom import capacity_error_ratio, headroom
 from exporter.slo import SloCounter, advance
 from exporter.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetState
@@ -288,7 +288,7 @@ class Daemon:
         self._plans: dict[tuple[str, str, tuple[tuple[str, str], ...], GpuSpec | None], CapacityPlan | None] = {}
         # Pricing a GPU by its name matches it against every preset (~30 us): done once per set of GPUs and prices,
         # not for every target at every publish.
-        self._costs: dict[tuple[GpuHourPrices, tuple[str, ...]], float | None] = {}
+        self._costs: dict[tuple[GpuHourPrices, tuple[str, ...]], tuple[float | None, tuple[str, ...]]] = {}
         self.snapshot: Snapshot = EMPTY
         self.config = config
 
@@ -513,11 +513,23 @@ class Daemon:
         return self.snapshot
 
     def _placed(self, state: TargetState, gpus: tuple[GpuReading, ...]) -> TargetState:
-        """The state with the GPUs it runs on and what they cost per hour."""
-        key = (self.config.gpu_hour_prices, _priced_gpus(state, gpus))
+        """The state with the GPUs it runs on and what they cost per hour. Where prices are given but the target
+        cannot be priced, the log says why once: a series that never appears is otherwise silent."""
+        prices, names = key = (self.config.gpu_hour_prices, _priced_gpus(state, gpus))
         if key not in self._costs:
-            self._costs[key] = gpus_hourly_cost(*key)
-        return replace(state, gpus=tuple(g.index for g in gpus), gpu_hourly_cost=self._costs[key])
+            self._costs[key] = (gpus_hourly_cost(*key), unpriced_gpus(*key))
+        cost, unpriced = self._costs[key]
+        if prices and unpriced:
+            self._report(
+                f"target {state.target.name}: pricing.gpu_hour prices no GPU named {', '.join(map(repr, unpriced))}"
+                " (give a preset or the NVML product name): its plimsoll_target_gpu_hourly_cost is left out"
+            )
+        elif prices and not names and state.up:
+            self._report(
+                f"target {state.target.name}: its GPUs are unknown (NVML attributes none to it; give gpu_type with "
+                "gpus, or with a model and deployment.tensor_parallel): its plimsoll_target_gpu_hourly_cost is left out"
+            )
+        return replace(state, gpus=tuple(g.index for g in gpus), gpu_hourly_cost=cost)
 
     async def _poll_target(self, session: aiohttp.ClientSession, target: Target) -> TargetState:
         started = time.monotonic()

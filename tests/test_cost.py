@@ -1,6 +1,6 @@
 import pytest
 
-from exporter.cost import gpu_hour_price, gpus_hourly_cost
+from exporter.cost import gpu_hour_price, gpus_hourly_cost, unpriced_gpus
 
 PRICES = (("A100-80GB", 1.8), ("H100", 2.49), ("my-card", 0.5))
 
@@ -31,3 +31,9 @@ def test_one_gpu_without_a_price_leaves_the_whole_cost_unknown() -> None:
 
 def test_no_gpus_have_no_cost_rather_than_a_cost_of_zero() -> None:
     assert gpus_hourly_cost(PRICES, ()) is None
+
+
+def test_the_unpriced_gpus_are_named_once_each() -> None:
+    names = ("NVIDIA H200", "H100", "NVIDIA L4", "NVIDIA H200")
+    assert unpriced_gpus(PRICES, names) == ("NVIDIA H200", "NVIDIA L4")
+    assert unpriced_gpus(PRICES, ("H100", "my-card")) == ()

@@ -78,9 +78,11 @@ def test_nvml_names_win_over_the_gpu_type_the_config_gives() -> None:
     assert costs == {("llama", SERVED_MODEL): pytest.approx(2.49)}
 
 
-def test_one_attributed_gpu_without_a_price_leaves_the_target_without_a_cost() -> None:
+def test_one_attributed_gpu_without_a_price_leaves_the_target_without_a_cost_and_the_log_names_it(caplog) -> None:
     costs = _poll(lambda url: Target("llama", url, gpus=("0", "1")), _Gpus("NVIDIA H100 80GB HBM3", "NVIDIA H200"))
     assert costs == {}
+    (line,) = [r.getMessage() for r in caplog.records if "gpu_hourly_cost" in r.getMessage()]
+    assert line.startswith("target llama: pricing.gpu_hour prices no GPU named 'NVIDIA H200' ")
 
 
 def test_without_nvml_the_gpu_type_is_priced_for_each_configured_gpu() -> None:
@@ -94,13 +96,23 @@ def test_without_nvml_or_gpus_the_capacity_plan_says_how_many_gpus_the_target_us
     assert costs == {("llama", SERVED_MODEL): pytest.approx(4 * 0.8)}
 
 
-def test_a_gpu_type_without_a_gpu_count_has_no_cost() -> None:
+def test_a_gpu_type_without_a_gpu_count_has_no_cost_and_the_log_says_what_to_give(caplog) -> None:
     # No gpus and no model to plan: how many L4s the engine runs on is unknown, and one would be a guess.
     assert _poll(lambda url: Target("llama", url, gpu_type="L4")) == {}
+    (line,) = [r.getMessage() for r in caplog.records if "gpu_hourly_cost" in r.getMessage()]
+    assert line.startswith("target llama: its GPUs are unknown (") and "gpu_type with gpus" in line
 
 
 def test_a_gpu_type_without_a_price_has_no_cost() -> None:
     assert _poll(lambda url: Target("llama", url, gpus=("0",), gpu_type="A10G")) == {}
+
+
+def test_a_down_target_whose_gpus_are_configured_is_still_priced_under_its_configured_model() -> None:
+    # Nothing listens on port 9: the engine is down, but the GPUs its config names are still paid for.
+    costs = _poll(
+        lambda url: Target("down", "http://127.0.0.1:9/metrics", model="llama-3.1-8b", gpus=("0",), gpu_type="H100")
+    )
+    assert costs == {("down", "llama-3.1-8b"): pytest.approx(2.49)}
 
 
 def _recorded_vllm() -> web.Application:
