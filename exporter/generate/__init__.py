@@ -2,15 +2,19 @@
 
 Each generator returns `Artifact`s (a path relative to the output directory, and its text); this module writes
 them without ever leaving a half-written file (temporary file, then rename) and, for `--check`, says which
-committed files differ from what the config generates.
+committed files differ from what the config generates and lints the scaler files as they are on disk.
 """
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from exporter.config import Config
+from exporter.config import Config, ConfigError, read_config_text
 from exporter.files import write_atomically
+
+if TYPE_CHECKING:
+    from exporter.generate.autoscaling import FileLint
 
 
 @dataclass(frozen=True)
@@ -53,3 +57,25 @@ def stale(items: Iterable[Artifact], out: Path) -> list[str]:
         if current != item.text:
             differing.append(item.path)
     return differing
+
+
+def lint_scalers(config: Config, out: Path) -> "FileLint":
+    """The scaler lint over every YAML file in the autoscaling folder under `out`, as it is on disk: a file edited
+    by hand since it was generated, or one the config no longer generates, is checked too."""
+    from exporter.generate import autoscaling
+
+    models = {workload.model for workload in config.autoscaling.workloads} if config.autoscaling else set()
+    folder = out / autoscaling.DIRECTORY
+    files = sorted(path for path in folder.glob("*.y*ml") if path.is_file()) if folder.is_dir() else []
+    problems: list[str] = []
+    skipped: list[str] = []
+    for path in files:
+        try:
+            text = read_config_text(path, "scaler file")
+        except ConfigError as error:
+            problems += error.problems
+            continue
+        found = autoscaling.lint_file(str(path), text, models)
+        problems += found.problems
+        skipped += found.skipped
+    return autoscaling.FileLint(problems=tuple(problems), skipped=tuple(skipped))

@@ -9,7 +9,8 @@ Two signals per workload, chosen by what each measures:
   cannot say how many replicas are needed, only that more are: `Value` with a target just above the queue the
   replica tolerates at its knee scales up by how far the worst queue is past it. The HPA takes the larger of the two.
 
-`lint` refuses the scaler shapes known to fail in production; `artifacts` runs it on what it generates.
+`lint` refuses the scaler shapes known to fail in production; `artifacts` runs it on what it generates, and
+`lint_file` on the files on disk, which `generate --check` reviews (they may have been edited by hand).
 """
 
 import re
@@ -240,48 +241,110 @@ def _signal_lines(signals: Sequence[Signal]) -> list[str]:
     return [f"{signal.metric_type} {_number(signal.threshold)}: {signal.why}" for signal in signals]
 
 
-def lint(documents: Iterable[tuple[str, dict[str, Any]]], models: set[str]) -> list[str]:
-    """The known-bad shapes in scaler manifests (ScaledObject, HPA, adapter rules), one line each naming the file."""
+SCALER_KINDS = ("ScaledObject", "HorizontalPodAutoscaler")
+
+
+@dataclass(frozen=True)
+class FileLint:
+    """What the lint found in scaler files as they are on disk, where they may have been edited by hand."""
+
+    problems: tuple[str, ...] = ()  # known-bad shapes, and files that are not YAML: each fails `generate --check`
+    skipped: tuple[str, ...] = ()  # YAML files that hold no scaler (a kustomization, say): said, not linted
+
+
+def lint_file(path: str, text: str, models: set[str]) -> FileLint:
+    """`lint` over every document of one file; a file that is not YAML is one problem, one without a scaler is
+    skipped with its reason."""
+    try:
+        documents = [document for document in yaml.safe_load_all(text) if document is not None]
+    except yaml.YAMLError as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return FileLint(problems=(f"{path}: not YAML ({reason}); fix it or regenerate it",))
+    if not any(_is_scaler(document) for document in documents):
+        return FileLint(
+            skipped=(
+                f"{path}: holds no ScaledObject, HorizontalPodAutoscaler or prometheus-adapter externalRules, "
+                "so it was not linted",
+            )
+        )
+    return FileLint(problems=tuple(lint([(path, document) for document in documents], models)))
+
+
+def _is_scaler(document: Any) -> bool:
+    return isinstance(document, dict) and (document.get("kind") in SCALER_KINDS or "externalRules" in document)
+
+
+def lint(documents: Iterable[tuple[str, Any]], models: set[str]) -> list[str]:
+    """The known-bad shapes in scaler manifests (ScaledObject, HPA, adapter rules), one line each naming the file,
+    the object and the field; documents of any other kind pass."""
     problems: list[str] = []
     for path, document in documents:
-        problems += [f"{path}: {problem}" for problem in _document_problems(document, models)]
+        if _is_scaler(document):
+            where = f"{path}: {_object(document)}"
+            problems += [f"{where}: {problem}" for problem in _document_problems(document, models)]
     return problems
 
 
-def _document_problems(document: dict[str, Any], models: set[str]) -> list[str]:
-    kind = document.get("kind")
-    spec = document.get("spec") or {}
-    if kind == "ScaledObject":
-        triggers = spec.get("triggers") or []
-        bounds = (spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100))
-        scaling = ((spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}).get("behavior") or {}
-        problems = [
-            f"triggers[{index}]: {problem}"
-            for index, trigger in enumerate(triggers)
-            for problem in _trigger_problems(trigger, models)
-        ]
-        return problems + _bounds_problems(*bounds) + _behavior_problems(scaling)
-    if kind == "HorizontalPodAutoscaler":
-        problems = [
-            f"metrics[{index}]: {problem}"
-            for index, metric in enumerate(spec.get("metrics") or [])
-            for problem in _external_metric_problems(metric.get("external") or {})
-        ]
-        bounds = (spec.get("minReplicas", 1), spec.get("maxReplicas", 1))
-        return problems + _bounds_problems(*bounds) + _behavior_problems(spec.get("behavior") or {})
+def _mapping(value: Any) -> dict[str, Any]:
+    """A field that should be a mapping; a hand edit may have made it anything, which the lint then reads as empty."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _object(document: dict[str, Any]) -> str:
     if "externalRules" in document:
-        return [
-            f"externalRules[{index}]: {problem}"
-            for index, rule in enumerate(document["externalRules"] or [])
-            for problem in _query_problems(str(rule.get("metricsQuery", "")), models)
+        return "prometheus-adapter rules"
+    metadata = _mapping(document.get("metadata"))
+    name, namespace = metadata.get("name", "(no name)"), metadata.get("namespace")
+    return f"{document['kind']} {namespace}/{name}" if namespace else f"{document['kind']} {name}"
+
+
+def _document_problems(document: dict[str, Any], models: set[str]) -> list[str]:
+    spec = _mapping(document.get("spec"))
+    if document.get("kind") == "ScaledObject":
+        problems = [
+            problem
+            for index, trigger in enumerate(_list(spec.get("triggers")))
+            for problem in _trigger_problems(f"spec.triggers[{index}]", _mapping(trigger), models)
         ]
-    return []
+        behavior_field = "spec.advanced.horizontalPodAutoscalerConfig.behavior"
+        hpa_config = _mapping(_mapping(spec.get("advanced")).get("horizontalPodAutoscalerConfig"))
+        scaling = _mapping(hpa_config.get("behavior"))
+        return (
+            problems
+            + _bounds_problems(spec, "minReplicaCount", 0, "maxReplicaCount", 100)
+            + _behavior_problems(behavior_field, scaling)
+        )
+    if document.get("kind") == "HorizontalPodAutoscaler":
+        problems = [
+            problem
+            for index, metric in enumerate(_list(spec.get("metrics")))
+            for problem in _metric_problems(f"spec.metrics[{index}]", _mapping(metric))
+        ]
+        return (
+            problems
+            + _bounds_problems(spec, "minReplicas", 1, "maxReplicas", None)
+            + _behavior_problems("spec.behavior", _mapping(spec.get("behavior")))
+        )
+    return [
+        problem
+        for index, rule in enumerate(_list(document["externalRules"]))
+        for problem in _query_problems(
+            f"externalRules[{index}].metricsQuery", str(_mapping(rule).get("metricsQuery", "")), models
+        )
+    ]
 
 
-def _external_metric_problems(external: dict[str, Any]) -> list[str]:
-    name = str((external.get("metric") or {}).get("name", ""))
-    if (external.get("target") or {}).get("type") == "AverageValue" and _LATENCY.search(name):
-        return [_latency_problem(name)]
+def _metric_problems(field: str, metric: dict[str, Any]) -> list[str]:
+    """An HPA metric (External, Pods or Object) averaged over replicas while it names a latency."""
+    source_key = str(metric.get("type", "")).lower()
+    source = _mapping(metric.get(source_key))
+    name = str(_mapping(source.get("metric")).get("name", ""))
+    if _mapping(source.get("target")).get("type") == "AverageValue" and _LATENCY.search(name):
+        return [f"{field}.{source_key}.target.type: {_latency_problem(name)}"]
     return []
 
 
@@ -292,27 +355,29 @@ def _latency_problem(what: str) -> str:
     )
 
 
-def _trigger_problems(trigger: dict[str, Any], models: set[str]) -> list[str]:
-    metadata = trigger.get("metadata") or {}
-    query = str(metadata.get("query", ""))
+def _trigger_problems(field: str, trigger: dict[str, Any], models: set[str]) -> list[str]:
+    metadata = _mapping(trigger.get("metadata"))
     problems = []
     if "metricName" in metadata:
-        problems.append("metricName is deprecated (KEDA 2.10) and removed (2.12): delete it")
+        problems.append(f"{field}.metadata.metricName: deprecated (KEDA 2.10) and removed (2.12): delete it")
+    if trigger.get("type") != "prometheus":
+        return problems  # another scaler's metadata (cpu, kafka, ...) has no PromQL to check
+    query = str(metadata.get("query", ""))
     # KEDA's default metricType is AverageValue.
     if trigger.get("metricType", "AverageValue") == "AverageValue" and _LATENCY.search(query):
-        problems.append(_latency_problem(query))
-    return problems + _query_problems(query, models)
+        problems.append(f"{field}.metricType: {_latency_problem(query)}")
+    return problems + _query_problems(f"{field}.metadata.query", query, models)
 
 
-def _query_problems(query: str, models: set[str]) -> list[str]:
+def _query_problems(field: str, query: str, models: set[str]) -> list[str]:
     problems = []
     if not _returns_one_element(query):
         problems.append(
-            f"query {query!r} can return more than one element (KEDA then errors, the adapter picks one): wrap it "
-            "in sum(...) or max(...) without by/without"
+            f"{field}: {query!r} can return more than one element (KEDA then errors, the adapter picks one): wrap "
+            "it in sum(...) or max(...) without by/without"
         )
     problems += [
-        f'query selects model="{model}", which no autoscaling workload has: it would scale on nothing, or on '
+        f'{field}: selects model="{model}", which no autoscaling workload has: it would scale on nothing, or on '
         "another model's load"
         for model in _MODEL_SELECTOR.findall(query)
         if model not in models
@@ -333,35 +398,64 @@ def _returns_one_element(query: str) -> bool:
     return False
 
 
-def _bounds_problems(minimum: int, maximum: int) -> list[str]:
-    if minimum > maximum:
-        return [f"min replicas {minimum} above max replicas {maximum}: the scaler is refused or pinned"]
-    return []
+def _count(value: Any) -> float | None:
+    """A number a hand edit may have turned into text; None where it is not one."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _behavior_problems(scaling: dict[str, Any]) -> list[str]:
-    problems = []
-    for direction in ("scaleUp", "scaleDown"):
-        window = (scaling.get(direction) or {}).get("stabilizationWindowSeconds", 0)
-        if window > MAX_STABILIZATION_SECONDS:
-            problems.append(
-                f"behavior.{direction}.stabilizationWindowSeconds {window} above {MAX_STABILIZATION_SECONDS}: "
-                "Kubernetes refuses it and KEDA's ScaledObject with it"
-            )
-    up, down = scaling.get("scaleUp"), scaling.get("scaleDown")
-    if up and down and _slower(down, up):
+def _bounds_problems(
+    spec: dict[str, Any], min_key: str, min_default: int, max_key: str, max_default: int | None
+) -> list[str]:
+    minimum, maximum = spec.get(min_key, min_default), spec.get(max_key, max_default)
+    low, high = _count(minimum), _count(maximum)
+    problems = [
+        f"spec.{key}: {value!r} is not a number of replicas"
+        for key, value, number in ((min_key, minimum, low), (max_key, maximum, high))
+        if value is not None and number is None
+    ]
+    if low is not None and high is not None and low > high:
         problems.append(
-            "behavior.scaleDown reacts faster than scaleUp (shorter stabilization or policy period): the fleet "
-            "shrinks before it can grow back, and a start-up later the SLO burns"
+            f"spec.{min_key}: min replicas {minimum} above max replicas {maximum}: the scaler is refused or pinned"
         )
     return problems
 
 
-def _slower(down: dict[str, Any], up: dict[str, Any]) -> bool:
-    """Whether scale-down reacts sooner than scale-up (the HPA's defaults where a field is unset)."""
+def _behavior_problems(field: str, scaling: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    not_numbers: list[str] = []
+    for direction in ("scaleUp", "scaleDown"):
+        rules_field = f"{field}.{direction}"
+        direction_rules = _mapping(scaling.get(direction))
+        window = direction_rules.get("stabilizationWindowSeconds")
+        seconds = _count(window)
+        if window is not None and seconds is None:
+            not_numbers.append(f"{rules_field}.stabilizationWindowSeconds: {window!r} is not a number of seconds")
+        elif seconds is not None and seconds > MAX_STABILIZATION_SECONDS:
+            problems.append(
+                f"{rules_field}.stabilizationWindowSeconds: {window} above {MAX_STABILIZATION_SECONDS}: "
+                "Kubernetes refuses it and KEDA's ScaledObject with it"
+            )
+        not_numbers += [
+            f"{rules_field}.policies[{index}].periodSeconds: {period!r} is not a number of seconds"
+            for index, policy in enumerate(_list(direction_rules.get("policies")))
+            if (period := _mapping(policy).get("periodSeconds")) is not None and _count(period) is None
+        ]
+    up, down = _mapping(scaling.get("scaleUp")), _mapping(scaling.get("scaleDown"))
+    if up and down and not not_numbers and _slower(down, up):
+        problems.append(
+            f"{field}.scaleDown: reacts faster than scaleUp (shorter stabilization or policy period): the fleet "
+            "shrinks before it can grow back, and a start-up later the SLO burns"
+        )
+    return not_numbers + problems
 
-    def shortest_period(rules: dict[str, Any]) -> int:
-        return min((policy.get("periodSeconds", 15) for policy in rules.get("policies") or []), default=15)
+
+def _slower(down: dict[str, Any], up: dict[str, Any]) -> bool:
+    """Whether scale-down reacts sooner than scale-up (the HPA's defaults where a field is unset); the fields are
+    numbers where set (`_behavior_problems` checks first)."""
+
+    def shortest_period(rules: dict[str, Any]) -> float:
+        periods = [_mapping(policy).get("periodSeconds", 15) for policy in _list(rules.get("policies"))]
+        return min(periods, default=15)
 
     down_window = down.get("stabilizationWindowSeconds", 300)
     return down_window < up.get("stabilizationWindowSeconds", 0) or shortest_period(down) < shortest_period(up)

@@ -203,29 +203,44 @@ def _set_query(query: str):
 @pytest.mark.parametrize(
     ("mutate", "reason"),
     [
-        (_set_query(f'sum(vllm:time_to_first_token_seconds_sum{{model="{MODEL}"}})'), "AverageValue on a latency"),
-        (_set_query(f'model:plimsoll_demand_requests:peak{{model="{MODEL}"}}'), "more than one element"),
-        (_set_query(f'sum by (pod) (plimsoll_requests_waiting{{model="{MODEL}"}})'), "more than one element"),
-        (_set_query('sum(model:plimsoll_demand_requests:peak{model="llama-8b"})'), 'model="llama-8b", which no'),
-        (lambda spec: spec["triggers"][0]["metadata"].update(metricName="demand"), "metricName is deprecated"),
-        (lambda spec: spec.update(minReplicaCount=9), "min replicas 9 above max replicas 8"),
+        (
+            _set_query(f'sum(vllm:time_to_first_token_seconds_sum{{model="{MODEL}"}})'),
+            "spec.triggers[0].metricType: AverageValue on a latency",
+        ),
+        (
+            _set_query(f'model:plimsoll_demand_requests:peak{{model="{MODEL}"}}'),
+            "spec.triggers[0].metadata.query: 'model:plimsoll_demand_requests:peak{model=",
+        ),
+        (
+            _set_query(f'sum by (pod) (plimsoll_requests_waiting{{model="{MODEL}"}})'),
+            "can return more than one element",
+        ),
+        (
+            _set_query('sum(model:plimsoll_demand_requests:peak{model="llama-8b"})'),
+            'spec.triggers[0].metadata.query: selects model="llama-8b", which no',
+        ),
+        (
+            lambda spec: spec["triggers"][0]["metadata"].update(metricName="demand"),
+            "spec.triggers[0].metadata.metricName: deprecated",
+        ),
+        (lambda spec: spec.update(minReplicaCount=9), "spec.minReplicaCount: min replicas 9 above max replicas 8"),
         (
             lambda spec: spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"].update(
                 stabilizationWindowSeconds=3601
             ),
-            "above 3600",
+            "behavior.scaleDown.stabilizationWindowSeconds: 3601 above 3600",
         ),
         (
             lambda spec: spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"].update(
                 policies=[{"type": "Percent", "value": 100, "periodSeconds": 5}]
             ),
-            "scaleDown reacts faster than scaleUp",
+            "horizontalPodAutoscalerConfig.behavior.scaleDown: reacts faster than scaleUp",
         ),
     ],
 )
 def test_lint_refuses_each_known_bad_scaler_shape_with_its_reason(mutate, reason):
     (problem,) = _bad(mutate)
-    assert problem.startswith("so.yaml: ") and reason in problem
+    assert problem.startswith("so.yaml: ScaledObject inference/vllm-llama-8b: ") and reason in problem
 
 
 def test_lint_passes_what_is_generated_and_refuses_a_latency_average_in_an_hpa():
@@ -234,13 +249,19 @@ def test_lint_passes_what_is_generated_and_refuses_a_latency_average_in_an_hpa()
     hpa = documents[f"{autoscaling.DIRECTORY}/vllm-llama-8b-hpa.yaml"]
     hpa["spec"]["metrics"][0]["external"]["metric"]["name"] = "vllm_ttft_seconds_p95"
     (problem,) = autoscaling.lint([("hpa.yaml", hpa)], {MODEL})
-    assert problem.startswith("hpa.yaml: metrics[0]: AverageValue on a latency")
+    assert problem.startswith(
+        "hpa.yaml: HorizontalPodAutoscaler inference/vllm-llama-8b: spec.metrics[0].external.target.type: "
+        "AverageValue on a latency (vllm_ttft_seconds_p95)"
+    )
 
 
 def test_generate_refuses_a_workload_whose_scaler_would_be_refused():
     with pytest.raises(ConfigError) as raised:
         autoscaling.artifacts(_config(_workload(min_replicas=5, max_replicas=2)))
-    assert any("vllm-llama-8b-hpa.yaml: min replicas 5 above max replicas 2" in line for line in raised.value.problems)
+    assert (
+        f"{autoscaling.DIRECTORY}/vllm-llama-8b-hpa.yaml: HorizontalPodAutoscaler inference/vllm-llama-8b: "
+        "spec.minReplicas: min replicas 5 above max replicas 2: the scaler is refused or pinned"
+    ) in raised.value.problems
 
 
 def test_generate_refuses_two_workloads_of_one_name_whose_scalers_would_overwrite_each_other():

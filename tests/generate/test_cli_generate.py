@@ -61,3 +61,84 @@ def test_a_bad_alerting_value_is_named_and_nothing_is_written(tmp_path, capsys):
     assert main(["generate", "--config", str(config), "--out", str(tmp_path / "out")]) != 0
     assert "alerting.capacity_drift_ratio: 2 is not a ratio between 0 and 1" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+SCALERS = "deploy/kubernetes/autoscaling"
+LLAMA_SCALED_OBJECT = f"{SCALERS}/vllm-llama-8b-scaledobject.yaml"
+
+
+def _check(out, capsys) -> tuple[int, list[str]]:
+    capsys.readouterr()
+    status = main(["generate", "--config", str(EXAMPLE), "--out", str(out), "--check"])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return status, captured.out.splitlines()
+
+
+def test_check_lints_a_hand_edited_scaler_naming_file_object_and_field(tmp_path, capsys):
+    main(["generate", "--config", str(EXAMPLE), "--out", str(tmp_path)])
+    path = tmp_path / LLAMA_SCALED_OBJECT
+    edited = path.read_text().replace("stabilizationWindowSeconds: 600", "stabilizationWindowSeconds: 7200")
+    path.write_text(edited.replace("      threshold: '19.2'", "      threshold: '19.2'\n      metricName: demand"))
+    status, lines = _check(tmp_path, capsys)
+    assert status == 1
+    where = f"lint: {path}: ScaledObject inference/vllm-llama-8b"
+    assert lines == [
+        f"stale: {path} (regenerate: plimsoll generate --config {EXAMPLE} --out {tmp_path})",
+        f"{where}: spec.triggers[0].metadata.metricName: deprecated (KEDA 2.10) and removed (2.12): delete it",
+        f"{where}: spec.advanced.horizontalPodAutoscalerConfig.behavior.scaleDown.stabilizationWindowSeconds: 7200 "
+        "above 3600: Kubernetes refuses it and KEDA's ScaledObject with it",
+    ]
+
+
+def test_check_lints_a_scaler_the_config_does_not_generate(tmp_path, capsys):
+    # Generated files are all current; the extra HPA, written by hand, averages a latency over replicas.
+    main(["generate", "--config", str(EXAMPLE), "--out", str(tmp_path)])
+    extra = tmp_path / SCALERS / "by-hand-hpa.yml"
+    extra.write_text(
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: by-hand, namespace: ml}\n"
+        "spec:\n  minReplicas: 1\n  maxReplicas: 3\n  metrics:\n  - type: Pods\n    pods:\n"
+        "      metric: {name: vllm_ttft_seconds_p95}\n      target: {type: AverageValue, averageValue: 500m}\n"
+    )
+    status, lines = _check(tmp_path, capsys)
+    assert status == 1
+    (line,) = lines
+    assert line.startswith(
+        f"lint: {extra}: HorizontalPodAutoscaler ml/by-hand: spec.metrics[0].pods.target.type: AverageValue on a "
+        "latency (vllm_ttft_seconds_p95)"
+    )
+
+
+def test_check_says_in_one_line_a_file_is_not_yaml_and_skips_yaml_that_holds_no_scaler(tmp_path, capsys):
+    main(["generate", "--config", str(EXAMPLE), "--out", str(tmp_path)])
+    broken = tmp_path / SCALERS / "broken.yaml"
+    broken.write_text("kind: ScaledObject\nspec: {triggers: [\n")
+    kustomization = tmp_path / SCALERS / "kustomization.yaml"
+    kustomization.write_text("resources: [vllm-llama-8b-scaledobject.yaml]\n")
+    status, lines = _check(tmp_path, capsys)
+    assert status == 1
+    assert lines[0] == (
+        f"skipped: {kustomization}: holds no ScaledObject, HorizontalPodAutoscaler or prometheus-adapter "
+        "externalRules, so it was not linted"
+    )
+    assert lines[1].startswith(f"lint: {broken}: not YAML (") and lines[1].endswith("; fix it or regenerate it")
+    assert len(lines) == 2
+    broken.unlink()
+    assert _check(tmp_path, capsys)[0] == 0  # a file without a scaler is said, not failed
+
+
+def test_check_names_fields_a_hand_edit_made_the_wrong_type_without_a_traceback(tmp_path, capsys):
+    main(["generate", "--config", str(EXAMPLE), "--out", str(tmp_path)])
+    odd = tmp_path / SCALERS / "odd-scaledobject.yaml"
+    odd.write_text(
+        "kind: ScaledObject\nmetadata: {name: odd}\nspec:\n  minReplicaCount: two\n  triggers: {type: prometheus}\n"
+        "  advanced: {horizontalPodAutoscalerConfig: {behavior: {scaleDown: {policies: [{periodSeconds: 1m}]},"
+        " scaleUp: [oops]}}}\n---\nkind: ScaledObject\nspec: 7\n"
+    )
+    status, lines = _check(tmp_path, capsys)
+    assert status == 1
+    assert lines == [
+        f"lint: {odd}: ScaledObject odd: spec.minReplicaCount: 'two' is not a number of replicas",
+        f"lint: {odd}: ScaledObject odd: spec.advanced.horizontalPodAutoscalerConfig.behavior.scaleDown.policies[0]"
+        ".periodSeconds: '1m' is not a number of seconds",
+    ]
