@@ -39,6 +39,7 @@ from exporter.config import (
 )
 from exporter.plan_command import add_plan
 from exporter.plan_flags import add_deployment_flags, deployment_from_args, gpu_for
+from exporter.status_command import add_status
 from exporter.target_model import model_problems
 
 EXIT_OK = 0
@@ -347,6 +348,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     add_plan,
     _add_generate,
     _add_loadtest,
+    add_status,
 )
 
 
