@@ -1,11 +1,19 @@
-"""The snapshot as JSON (/api/v1/state, `plimsoll probe`) and as a small HTML page (/). Pure rendering."""
+"""The snapshot as JSON (/api/v1/state, `plimsoll probe`, `plimsoll status`) and as the status page (/). Pure
+rendering; the page's HTML, CSS and script are exporter/data/status.html, read once when this module loads."""
 
 import html
 import math
+import re
+from collections.abc import Mapping
+from importlib import resources
 from typing import Any
 
+from exporter import status_format
 from exporter.snapshot import InstanceState, Snapshot, TargetState
 from exporter.sources.engines.base import EngineReading
+
+ENGINE_SILENT = "engine does not report it"
+STATUS_TEMPLATE = (resources.files("exporter") / "data" / "status.html").read_text(encoding="utf-8")
 
 
 def _number(value: float | None) -> float | str | None:
@@ -37,7 +45,48 @@ def reading_dict(reading: EngineReading) -> dict[str, Any]:
     }
 
 
-def _instance_dict(instance: InstanceState) -> dict[str, Any]:
+def _raw_reason(reading: EngineReading, field: str) -> str | None:
+    """Why the engine's own value for `field` is missing, or None when it is there."""
+    if field in reading.invalid:
+        return f"invalid: {reading.invalid[field]}"
+    return ENGINE_SILENT if getattr(reading, field) is None else None
+
+
+def _reasons(state: TargetState, instance: InstanceState) -> dict[str, str]:
+    """For each value the status page and `plimsoll status` show that is null here: why, in words."""
+    reading, room = instance.reading, instance.headroom
+    reasons = {
+        field: why
+        for field in ("kv_cache_usage_ratio", "requests_running", "requests_waiting", "preemptions_total")
+        if (why := _raw_reason(reading, field)) is not None
+    }
+    if reading.model is None:
+        reasons["model"] = ENGINE_SILENT
+    usage = reasons.get("kv_cache_usage_ratio")
+    model_given = state.target.model is not None
+    if room.kv_cache_headroom_tokens is None:
+        no_model = "no model given" if not model_given else "the model makes no prediction"
+        reasons["kv_cache_headroom_tokens"] = usage or f"engine does not report its KV capacity and {no_model}"
+    if room.headroom_requests_p95 is None:
+        if room.kv_cache_headroom_tokens is None:
+            reasons["headroom_requests_p95"] = reasons["kv_cache_headroom_tokens"]
+        elif reading.request_prompt_tokens is None or reading.request_generation_tokens is None:
+            reasons["headroom_requests_p95"] = "engine does not report request sizes"
+        else:
+            reasons["headroom_requests_p95"] = "no finished requests yet"
+    if math.isnan(instance.saturation_eta_seconds) and usage is not None:
+        reasons["saturation_eta_seconds"] = usage
+    if instance.model_capacity_error_ratio is None:
+        if not model_given:
+            reasons["model_capacity_error_ratio"] = "no model given"
+        elif reading.kv_cache_capacity_tokens is None:
+            reasons["model_capacity_error_ratio"] = "engine does not report its KV capacity"
+        else:
+            reasons["model_capacity_error_ratio"] = "no prediction: GPU size unknown (gpu_type) or model unreadable"
+    return reasons
+
+
+def _instance_dict(state: TargetState, instance: InstanceState) -> dict[str, Any]:
     room, plan = instance.headroom, instance.model_plan
     return {
         **reading_dict(instance.reading),
@@ -50,6 +99,8 @@ def _instance_dict(instance: InstanceState) -> dict[str, Any]:
         "model_kv_cache_capacity_tokens": plan.pool.tokens if plan else None,
         "model_capacity_error_ratio": _number(instance.model_capacity_error_ratio),
         "slos": {s.slo.name: {"total": s.counter.total, "good": s.counter.good} for s in instance.slos},
+        "kv_usage_history": [[p.t, p.value] for p in instance.kv_usage_history],
+        "reasons": _reasons(state, instance),
     }
 
 
@@ -66,7 +117,8 @@ def _target_dict(state: TargetState) -> dict[str, Any]:
         "last_success_timestamp": state.last_success_timestamp,
         "scrape_duration_seconds": state.scrape_duration_seconds,
         "gpus": list(state.gpus),
-        "instances": [_instance_dict(i) for i in state.instances],
+        "instances": [_instance_dict(state, i) for i in state.instances],
+        "configured_model": state.target.model,
     }
 
 
@@ -91,7 +143,14 @@ def state_dict(snapshot: Snapshot) -> dict[str, Any]:
                     "reserved_bytes": g.reserved_bytes,
                     "free_bytes": g.free_bytes,
                     "unexplained_bytes": _number(snapshot.vram_unexplained_bytes.get(g.index)),
-                    "processes": [{"pid": p.pid, "used_bytes": p.used_bytes} for p in g.processes],
+                    "processes": [
+                        {
+                            "pid": p.pid,
+                            "used_bytes": p.used_bytes,
+                            "target": snapshot.process_targets.get(p.pid) or None,
+                        }
+                        for p in g.processes
+                    ],
                 }
                 for g in (nvml.gpus if nvml else ())
             ],
@@ -100,56 +159,81 @@ def state_dict(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def _cell(value: object) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return "never" if math.isinf(value) else f"{value:,.2f}"
-    return html.escape(str(value))
+def _td(cell: status_format.Cell, css: str = "") -> str:
+    classes = " ".join(c for c in (css, "missing" if cell.missing else "") if c)
+    return f'<td class="{classes}">{html.escape(cell.text)}</td>' if classes else f"<td>{html.escape(cell.text)}</td>"
+
+
+SPARK_WIDTH, SPARK_HEIGHT = 120, 24
+
+
+def sparkline(history: tuple[tuple[float, float], ...], threshold: float) -> str:
+    """KV usage over the polls the daemon keeps, 0..1 bottom to top, with the threshold as a dashed line."""
+    line_y = f"{(1 - threshold) * SPARK_HEIGHT:.1f}"
+    points = ""
+    if history:
+        start, span = history[0][0], max(history[-1][0] - history[0][0], 1e-9)
+        points = " ".join(
+            f"{(t - start) / span * SPARK_WIDTH if len(history) > 1 else SPARK_WIDTH:.1f},"
+            f"{(1 - min(max(v, 0.0), 1.0)) * SPARK_HEIGHT:.1f}"
+            for t, v in history
+        )
+    return (
+        f'<svg class="spark" width="{SPARK_WIDTH}" height="{SPARK_HEIGHT}" viewBox="0 0 {SPARK_WIDTH} {SPARK_HEIGHT}">'
+        f'<line x1="0" x2="{SPARK_WIDTH}" y1="{line_y}" y2="{line_y}"/><polyline points="{points}"/></svg>'
+    )
+
+
+def _row(row: status_format.InstanceRow, threshold: float) -> str:
+    target = html.escape(row.target)
+    head = f'<tr data-target="{target}"><td>{target}</td><td>{html.escape(row.engine)}</td>'
+    if row.down is not None:
+        return f'{head}<td colspan="9" class="missing down">{html.escape(row.down)}</td></tr>'
+    width = 0.0 if row.kv_usage_ratio is None else min(max(row.kv_usage_ratio, 0.0), 1.0) * 100
+    bar = (
+        f'<td class="kv {row.kv_level}"><span class="bar"><span class="fill" style="width:{width:.1f}%"></span>'
+        f'<span class="mark" style="left:{threshold * 100:.1f}%"></span></span>'
+        f'<span class="{"missing" if row.kv_usage.missing else "value"}">{html.escape(row.kv_usage.text)}</span></td>'
+    )
+    return (
+        head
+        + _td(row.model)
+        + bar
+        + _td(row.headroom_tokens, "num")
+        + _td(row.headroom_requests_p95, "num")
+        + _td(row.running_waiting, "num")
+        + _td(row.preemptions, "num")
+        + _td(row.saturation_in, "num eta")
+        + _td(row.model_drift, "num")
+        + f"<td>{sparkline(row.kv_usage_history, threshold)}</td></tr>"
+    )
+
+
+def _gpu_rows(gpu: status_format.GpuRow) -> str:
+    first = (
+        f'<tr class="gpu"><td>{html.escape(gpu.gpu)}</td><td>{html.escape(gpu.name)}</td>'
+        f'<td class="num">{html.escape(gpu.memory)}</td><td></td><td></td><td></td>{_td(gpu.unexplained, "num")}</tr>'
+    )
+    processes = "".join(
+        f'<tr class="process"><td></td><td></td><td></td><td class="num">{html.escape(p.pid)}</td>'
+        f'<td class="num">{html.escape(p.memory)}</td><td>{html.escape(p.target)}</td><td></td></tr>'
+        for p in gpu.processes
+    )
+    return first + processes
 
 
 def status_page(snapshot: Snapshot) -> str:
-    rows = []
-    for state in snapshot.targets:
-        if not state.instances:
-            status = "up" if state.up else f"down ({state.last_failure})"
-            rows.append(f"<tr><td>{_cell(state.target.name)}</td><td>{_cell(status)}</td>" + "<td></td>" * 6 + "</tr>")
-        for instance in state.instances:
-            reading, room = instance.reading, instance.headroom
-            usage = reading.kv_cache_usage_ratio
-            rows.append(
-                "<tr>"
-                f"<td>{_cell(state.target.name)}</td><td>{_cell(reading.engine)} {_cell(reading.instance)}</td>"
-                f"<td>{_cell(None if usage is None else usage * 100)}%</td>"
-                f"<td>{_cell(room.kv_cache_headroom_tokens)}</td><td>{_cell(room.headroom_requests_p95)}</td>"
-                f"<td>{_cell(reading.requests_running)} / {_cell(reading.requests_waiting)}</td>"
-                f"<td>{_cell(instance.saturation_eta_seconds)}</td>"
-                f"<td>{_cell(instance.model_capacity_error_ratio)}</td>"
-                "</tr>"
-            )
-    gpus = []
-    nvml = snapshot.nvml
-    for gpu in nvml.gpus if nvml and nvml.up else ():
-        unexplained = snapshot.vram_unexplained_bytes.get(gpu.index)
-        gpus.append(
-            f"<tr><td>{_cell(gpu.index)}</td><td>{_cell(gpu.name)}</td>"
-            f"<td>{gpu.used_bytes / 2**30:.2f} / {gpu.total_bytes / 2**30:.2f} GiB</td>"
-            f"<td>{_cell(None if unexplained is None else unexplained / 2**30)}</td></tr>"
-        )
-    nvml_line = "NVML up" if nvml and nvml.up else f"NVML down: {_cell(nvml.error if nvml else 'disabled')}"
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>Plimsoll</title>
-<style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:.2em .8em;text-align:right}}
-th{{border-bottom:1px solid #999}}td:first-child,th:first-child{{text-align:left}}</style></head>
-<body><h1>Plimsoll</h1>
-<p>Saturation threshold {snapshot.saturation_kv_usage:.0%} KV usage. <a href="/metrics">/metrics</a>
-<a href="/api/v1/state">/api/v1/state</a></p>
-<h2>Targets</h2>
-<table><tr><th>target</th><th>engine</th><th>KV usage</th><th>KV headroom (tokens)</th>
-<th>requests that fit (p95)</th><th>running / waiting</th><th>saturation in (s)</th><th>model error</th></tr>
-{"".join(rows) or '<tr><td colspan="8">no targets</td></tr>'}
-</table>
-<h2>GPUs</h2><p>{nvml_line}</p>
-<table><tr><th>gpu</th><th>name</th><th>used / total</th><th>unexplained (GiB)</th></tr>{"".join(gpus)}</table>
-</body></html>
-"""
+    """The page as served before its script runs: the rows of this snapshot, so it reads with scripts off too."""
+    state = state_dict(snapshot)
+    threshold = snapshot.saturation_kv_usage
+    rows = "".join(_row(r, threshold) for r in status_format.instance_rows(state))
+    gpus = "".join(_gpu_rows(g) for g in status_format.gpu_rows(state))
+    fields: Mapping[str, str] = {
+        "threshold": html.escape(status_format.percent(threshold)),
+        "taken_at": html.escape(status_format.taken_at_text(snapshot.taken_at)),
+        "rows": rows or '<tr><td colspan="11" class="missing">no targets</td></tr>',
+        "gpus": gpus,
+        "nvml": html.escape(status_format.nvml_line(state)),
+    }
+    # One pass, so a target named "{{gpus}}" stays text.
+    return re.sub(r"\{\{(\w+)\}\}", lambda match: fields[match.group(1)], STATUS_TEMPLATE)
