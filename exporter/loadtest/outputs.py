@@ -154,6 +154,10 @@ def _provenance(run: RunResult) -> list[str]:
         lines.append(
             f"Knee: concurrency {knee.concurrency}; KV usage there (p90) {kv}, requests waiting (mean) {waiting}."
         )
+        lines.append(
+            f"Autoscaling: one replica holds {knee.concurrency} requests within the SLOs: knee_concurrency: "
+            f"{knee.concurrency} in the autoscaling workload of model {settings.model} (--write sets it)."
+        )
     lines.append(
         f"kv_usage = KV usage at the knee x (1 - {settings.margin:g}), kept within [0.5, 0.99]; "
         "queue = requests waiting at the knee, rounded up."

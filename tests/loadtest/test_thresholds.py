@@ -59,6 +59,7 @@ def test_thresholds_yaml_passes_check_config_and_becomes_the_saturated_alert(tmp
     rules = next(item.text for item in artifacts(config) if item.path.endswith("plimsoll.rules.yaml"))
     assert "plimsoll_kv_cache_usage_ratio >= 0.817" in rules
     assert "plimsoll_requests_waiting > 2" in rules
+    assert "# Autoscaling: one replica holds 12 requests within the SLOs: knee_concurrency: 12 in the" in text
 
 
 def test_check_config_refuses_a_negative_queue_naming_the_field():
