@@ -6,6 +6,8 @@ naming it and where it came from) and one YAML list of GPUs.
 
 import difflib
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -16,7 +18,7 @@ import yaml
 
 from exporter.capacity.architecture import ModelArchitecture, ModelConfigError, from_hf_config
 from exporter.capacity.gpus import GpuSpec
-from exporter.units import parse_size
+from exporter.units import format_gib, parse_size
 
 
 class CatalogError(LookupError):
@@ -89,27 +91,72 @@ def find_model_preset(name: str) -> ModelPreset:
     names = [n for p in model_presets() for n in (p.id, p.hf_id)]
     raise CatalogError(
         f"unknown model {name!r}: not a preset and not a file. Closest presets: {_closest(name, names)}. "
-        "Pass a path to a Hugging Face config.json (or its directory) for any other model; "
+        "Pass a path to a Hugging Face config.json (or its directory), or download the model to the local Hugging "
+        "Face cache (HF_HUB_CACHE, HF_HOME), for any other model; "
         "`plimsoll plan --list-models` lists the presets."
     )
 
 
-def load_model(spec: str) -> ModelArchitecture:
-    """A preset name, a config.json path, or a directory holding config.json."""
+def hub_cache(environ: Mapping[str, str]) -> Path:
+    """Where the Hugging Face hub keeps downloads, as huggingface_hub finds it."""
+    if environ.get("HF_HUB_CACHE"):
+        return Path(environ["HF_HUB_CACHE"]).expanduser()
+    if environ.get("HF_HOME"):
+        return Path(environ["HF_HOME"]).expanduser() / "hub"
+    return Path.home() / ".cache" / "huggingface" / "hub"
+
+
+def cached_config(repo_id: str, cache: Path) -> Path | None:
+    """`models--org--name/snapshots/*/config.json`, the snapshot `refs/main` names first; None when not cached."""
+    if repo_id.count("/") != 1:
+        return None
+    folder = cache / f"models--{repo_id.replace('/', '--')}"
+    main = folder / "refs" / "main"
+    candidates = [folder / "snapshots" / main.read_text().strip() / "config.json"] if main.is_file() else []
+    candidates += sorted((folder / "snapshots").glob("*/config.json"))
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def _shown_name(config: dict[str, Any], path: Path) -> str:
+    """The model as people name it: a repository id, never a cache folder or a snapshot hash."""
+    for parent in path.parents:
+        if parent.name.startswith("models--") and parent.name.count("--") >= 2:
+            return parent.name.removeprefix("models--").replace("--", "/", 1)
+    declared = str(config.get("_name_or_path") or "")
+    if declared and not declared.startswith(("/", ".", "~")):
+        return declared
+    return path.parent.name
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CatalogError(f"{path}: not a readable JSON file ({error})") from None
+    if not isinstance(config, dict):
+        raise CatalogError(f"{path}: expected a JSON object (a Hugging Face config.json)")
+    return config
+
+
+def load_model(spec: str, environ: Mapping[str, str] | None = None) -> ModelArchitecture:
+    """A config.json path or its directory, a preset name, or a repository id in the local Hugging Face cache
+    (offline: nothing is downloaded). `environ` names the cache (HF_HUB_CACHE, HF_HOME); default os.environ."""
     path = Path(spec).expanduser()
     if path.is_dir():
         path = path / "config.json"
         if not path.is_file():
             raise CatalogError(f"{spec}: directory has no config.json")
     if path.is_file():
-        try:
-            config = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise CatalogError(f"{path}: not a readable JSON file ({error})") from None
-        if not isinstance(config, dict):
-            raise CatalogError(f"{path}: expected a JSON object (a Hugging Face config.json)")
-        return from_hf_config(config, source=str(path), name=str(config.get("_name_or_path") or path.parent.name))
-    preset = find_model_preset(spec)
+        config = _read_config(path)
+        return from_hf_config(config, source=str(path), name=_shown_name(config, path))
+    try:
+        preset = find_model_preset(spec)
+    except CatalogError:
+        cached = cached_config(spec, hub_cache(os.environ if environ is None else environ))
+        if cached is None:
+            raise
+        config = _read_config(cached)
+        return from_hf_config(config, source=str(cached), name=spec)
     return from_hf_config(preset.config, source=f"preset {preset.id}", name=preset.hf_id)
 
 
@@ -117,6 +164,10 @@ def find_gpu(name: str) -> GpuSpec:
     for gpu in gpu_presets():
         if gpu.matches(name):
             return gpu
+    variants = [gpu for gpu in gpu_presets() if gpu.is_variant_of(name)]
+    if len(variants) > 1:
+        listed = " or ".join(f"{gpu.name} ({format_gib(gpu.memory_bytes)})" for gpu in variants)
+        raise CatalogError(f"GPU {name!r} is ambiguous: {listed}. Name one with --gpu.")
     names = [n for g in gpu_presets() for n in (g.name, *g.aliases)]
     raise CatalogError(
         f"unknown GPU {name!r}. Closest presets: {_closest(name, names)}. "

@@ -127,3 +127,107 @@ def test_gpu_memory_in_kubernetes_quantities(capsys, size, expected):
 
 def test_utilization_above_one_suggests_the_percent_reading(capsys):
     assert "did you mean 0.015?" in usage_error(capsys, "--model", "llama-3.1-8b", "--gpu-memory-utilization", "1.5")
+
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 512,
+    "vocab_size": 1000,
+    "max_position_embeddings": 2048,
+    "_name_or_path": "/home/someone/checkpoints/run-7",
+}
+
+
+def cache_model(cache, repo_id: str, config: dict, snapshot: str = "0123abcd", main: bool = True) -> None:
+    folder = cache / f"models--{repo_id.replace('/', '--')}"
+    (folder / "snapshots" / snapshot).mkdir(parents=True)
+    (folder / "snapshots" / snapshot / "config.json").write_text(json.dumps(config))
+    if main:
+        (folder / "refs").mkdir()
+        (folder / "refs" / "main").write_text(snapshot)
+
+
+@pytest.mark.parametrize("variable", ["HF_HUB_CACHE", "HF_HOME"])
+def test_a_model_without_a_preset_resolves_from_the_local_hugging_face_cache(capsys, tmp_path, monkeypatch, variable):
+    cache = tmp_path / "hub" if variable == "HF_HOME" else tmp_path
+    cache_model(cache, "someorg/tiny-llama", TINY_LLAMA)
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv(variable, str(tmp_path))
+    answer = plan_json(capsys, "--model", "someorg/tiny-llama")
+    assert answer["kv_bytes_per_token"] == 2 * 2 * 64 * 2 * 2
+    assert answer["model"] == "someorg/tiny-llama"  # not the snapshot hash nor _name_or_path's local folder
+
+
+def test_the_snapshot_refs_main_names_is_read_first(tmp_path):
+    from exporter.catalog import cached_config
+
+    cache_model(tmp_path, "someorg/m", TINY_LLAMA, snapshot="aaaa", main=False)
+    cache_model_second = tmp_path / "models--someorg--m" / "snapshots" / "ffff"
+    cache_model_second.mkdir()
+    (cache_model_second / "config.json").write_text(json.dumps({**TINY_LLAMA, "num_hidden_layers": 4}))
+    (tmp_path / "models--someorg--m" / "refs").mkdir()
+    (tmp_path / "models--someorg--m" / "refs" / "main").write_text("ffff\n")
+    assert cached_config("someorg/m", tmp_path) == cache_model_second / "config.json"
+
+
+def test_a_config_path_inside_the_cache_is_shown_by_its_repository_id(capsys, tmp_path):
+    cache_model(tmp_path, "someorg/tiny-llama", TINY_LLAMA)
+    snapshot = tmp_path / "models--someorg--tiny-llama" / "snapshots" / "0123abcd"
+    assert plan_json(capsys, "--model", str(snapshot))["model"] == "someorg/tiny-llama"
+
+
+def test_a_model_in_neither_presets_nor_cache_says_where_it_looked(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert main(["plan", "--model", "someorg/absent"]) == 2
+    assert "Hugging Face cache" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"model_type": "mamba", "architectures": ["MambaForCausalLM"]}, "MambaForCausalLM keeps a recurrent state"),
+        ({"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"]}, "recurrent state"),
+        ({"layer_types": ["linear_attention", "full_attention"]}, "linear_attention layers"),
+    ],
+)
+def test_an_architecture_the_model_cannot_size_says_so_by_name(capsys, tmp_path, extra, named):
+    config = {k: v for k, v in TINY_LLAMA.items() if k != "num_attention_heads"}
+    (tmp_path / "config.json").write_text(json.dumps({**config, **extra}))
+    assert main(["plan", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "num_attention_heads" not in err
+
+
+def test_a100_alone_is_ambiguous_and_lists_both(capsys):
+    assert main(["plan", "--model", "llama-3.1-8b", "--gpu", "A100"]) == 2
+    err = capsys.readouterr().err
+    assert "ambiguous" in err and "A100-80GB (79.25 GiB)" in err and "A100-40GB (39.50 GiB)" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "preset", "gib"),
+    [
+        ("A10", "A10", 22.18),
+        ("Tesla T4", "T4", 14.56),
+        ("L40", "L40", 44.39),
+        ("RTX A6000", "RTX-A6000", 47.50),
+        ("H100 NVL", "H100-NVL", 93.00),
+        ("NVIDIA H100 PCIe", "H100-PCIe", 79.19),
+        ("H20", "H20", 95.00),
+        ("GH200", "GH200", 94.88),
+    ],
+)
+def test_new_gpu_presets_resolve_with_their_cuda_total(name, preset, gib):
+    gpu = find_gpu(name)
+    assert gpu.name == preset and gpu.memory_bytes == round(gib * GIB) and gpu.evidence
+
+
+def test_every_gpu_preset_says_where_its_figure_comes_from():
+    from exporter.catalog import gpu_presets
+
+    assert all(gpu.evidence for gpu in gpu_presets())

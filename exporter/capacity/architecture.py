@@ -98,6 +98,36 @@ _CONFIG_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
 )
 
 
+# Families whose layers keep a recurrent state (Mamba, RWKV, linear attention) beside or instead of a KV cache:
+# their memory is not what the capacity model computes, so they are refused by name rather than sized wrongly.
+_RECURRENT_STATE_TYPES = frozenset(
+    {
+        "mamba", "mamba2", "falcon_mamba", "rwkv", "rwkv5", "rwkv6", "rwkv7", "jamba", "zamba", "zamba2", "bamba",
+        "nemotron_h", "falcon_h1", "granitemoehybrid", "qwen3_next", "lfm2", "minimax", "minimax_m1", "plamo2",
+        "recurrent_gemma", "xlstm",
+    }
+)  # fmt: skip
+_RECURRENT_ARCHITECTURE_WORDS = ("Mamba", "Rwkv", "RWKV", "Jamba", "Zamba", "Bamba", "Hybrid", "RecurrentGemma")
+
+
+def _refuse_recurrent_state(config: dict[str, Any], source: str) -> None:
+    model_type = str(config.get("model_type", ""))
+    architectures = [str(a) for a in config.get("architectures") or []]
+    kinds = {str(k) for k in config.get("layer_types") or []} - {FULL, SLIDING, "attention"}
+    named = ", ".join(architectures) or model_type
+    if model_type in _RECURRENT_STATE_TYPES or any(
+        w in a for a in architectures for w in _RECURRENT_ARCHITECTURE_WORDS
+    ):
+        reason = f"{named} keeps a recurrent state (Mamba, RWKV or linear-attention layers)"
+    elif kinds:
+        reason = f"{named} has {', '.join(sorted(kinds))} layers"
+    else:
+        return
+    raise ModelConfigError(
+        f"{source}: {reason}, which the capacity model cannot size: it plans attention KV caches only"
+    )
+
+
 def _require(config: dict[str, Any], key: str, source: str, *alternatives: str) -> Any:
     for name in (key, *alternatives):
         if config.get(name) is not None:
@@ -191,6 +221,7 @@ def from_hf_config(config: dict[str, Any], source: str, name: str | None = None)
     if "model_type" in config and text is not None:
         body["model_type"] = text.get("model_type", config["model_type"])
     body = {**_CONFIG_DEFAULTS.get(str(body.get("model_type")), {}), **body}
+    _refuse_recurrent_state(body, source)
     hidden = int(_require(body, "hidden_size", source, "n_embd", "d_model"))
     layers = int(_require(body, "num_hidden_layers", source, "n_layer", "num_layers"))
     heads = int(_require(body, "num_attention_heads", source, "n_head"))

@@ -23,6 +23,12 @@ class GpuSpec:
         wanted = _normalise(query)
         return any(_normalise(name) == wanted for name in (self.name, *self.aliases))
 
+    def is_variant_of(self, query: str) -> bool:
+        """ "A100" for A100-40GB and A100-80GB: the query is the name up to a memory size."""
+        wanted = _normalise(query)
+        name = _normalise(self.name)
+        return name != wanted and name.startswith(wanted) and name[len(wanted) :].rstrip("gb").isdigit()
+
 
 def _normalise(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum())
