@@ -287,6 +287,16 @@ def test_the_config_accepts_second_long_windows(stack):
     assert dict(stack.config.gpu_hour_prices) == PRICES
 
 
+def test_prometheus_evaluates_every_generated_rule_without_error(stack):
+    def evaluated() -> list[dict[str, Any]] | None:
+        loaded = [rule for group in stack.prometheus.get("/api/v1/rules")["groups"] for rule in group["rules"]]
+        return loaded if all(r["lastEvaluation"] > "0001-01-01T00:00:00Z" for r in loaded) else None
+
+    loaded = wait_until(evaluated, QUERY_TIMEOUT_S, "every rule evaluated once")
+    assert sorted(r["name"] for r in loaded) == sorted(name for _, name, _ in rules.expressions(stack.config))
+    assert [(r["name"], r.get("lastError")) for r in loaded if r["health"] != "ok"] == []
+
+
 def test_demand_above_capacity_raises_the_replicas_needed_and_the_window_brings_them_back_to_min(stack):
     stack.apply(ABOVE)
     for model in WORKLOADS:
@@ -389,7 +399,7 @@ def test_each_hpa_metric_is_served_by_an_adapter_query_returning_one_element_wit
     adapter = stack.scalers[autoscaling.ADAPTER_RULES_PATH]["externalRules"]
     checked = []
     for document in (doc for doc in stack.scalers.values() if doc.get("kind") == "HorizontalPodAutoscaler"):
-        (model,) = [_model_of(stack, document)]
+        model = _model_of(stack, document)
         for metric in document["spec"]["metrics"]:
             external = metric["external"]
             assert "selector" not in external["metric"]  # what the rendering above assumes
@@ -400,10 +410,15 @@ def test_each_hpa_metric_is_served_by_an_adapter_query_returning_one_element_wit
             expected = _expected_signal(stack, model, target["type"])
             _one_element(stack.prometheus, query, expected)
             if target["type"] == "AverageValue":
-                per_replica = float(target["averageValue"].removesuffix("m")) / 1000
+                per_replica = _quantity(target["averageValue"])
                 assert math.ceil(expected / per_replica) == stack.needed(model)
             checked.append((model, target["type"]))
     assert sorted(checked) == sorted((m, t) for m in WORKLOADS for t in ("AverageValue", "Value"))
+
+
+def _quantity(text: str) -> float:
+    """A Kubernetes quantity as the generated HPAs write them: plain, or in thousandths ("2500m")."""
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
 
 
 def _alerts(stack: Stack, state: str | None = None) -> list[dict[str, Any]]:
@@ -474,3 +489,20 @@ def test_the_cost_records_give_what_the_prices_imply(stack):
     for model in WORKLOADS:
         _settle(stack.prometheus, _needed(model), stack.needed(model))
         _settle(stack.prometheus, f'model:plimsoll_gpu_hourly_cost:not_needed{{model="{model}"}}', 0.0)
+
+
+def test_over_provisioned_says_what_the_replicas_not_needed_cost_a_day(stack):
+    stack.apply({})
+    replicas = stack.replicas(CHAT)
+    running = sum(_hourly_cost(server) for server in SERVERS.values() if server.model == CHAT)
+    daily = (replicas - stack.workload(CHAT).min_replicas) * running / replicas * 24  # 2 x 10/3 x 24 = 160
+
+    def description() -> str | None:
+        for alert in stack.prometheus.get("/api/v1/alerts")["alerts"]:
+            labels = alert["labels"]
+            if labels["alertname"] == ALERT and labels["model"] == CHAT and alert["state"] == "firing":
+                return str(alert["annotations"]["description"])
+        return None
+
+    text = wait_until(description, SETTLE_TIMEOUT_S, f"{ALERT} firing for chat")
+    assert re.search(rf"\b{daily:g} a day", text), text
