@@ -513,8 +513,10 @@ class Daemon:
         return self.snapshot
 
     def _placed(self, state: TargetState, gpus: tuple[GpuReading, ...]) -> TargetState:
-        """The state with the GPUs it runs on and what they cost per hour. Where prices are given but the target
-        cannot be priced, the log says why once: a series that never appears is otherwise silent."""
+        """The state with the GPUs it runs on and, while it is up, what they cost per hour. A down target has no
+        engine series to take its `model` label from: the configured name in its place would add a second series
+        per target, and a model of its own to every sum by model. Where prices are given but the target cannot be
+        priced, the log says why once: a series that never appears is otherwise silent."""
         prices, names = key = (self.config.gpu_hour_prices, _priced_gpus(state, gpus))
         if key not in self._costs:
             self._costs[key] = (gpus_hourly_cost(*key), unpriced_gpus(*key))
@@ -529,7 +531,7 @@ class Daemon:
                 f"target {state.target.name}: its GPUs are unknown (NVML attributes none to it; give gpu_type with "
                 "gpus, or with a model and deployment.tensor_parallel): its plimsoll_target_gpu_hourly_cost is left out"
             )
-        return replace(state, gpus=tuple(g.index for g in gpus), gpu_hourly_cost=cost)
+        return replace(state, gpus=tuple(g.index for g in gpus), gpu_hourly_cost=cost if state.up else None)
 
     async def _poll_target(self, session: aiohttp.ClientSession, target: Target) -> TargetState:
         started = time.monotonic()
