@@ -138,9 +138,9 @@ def _read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def load_model(spec: str, environ: Mapping[str, str] | None = None) -> ModelArchitecture:
+def load_model(spec: str) -> ModelArchitecture:
     """A config.json path or its directory, a preset name, or a repository id in the local Hugging Face cache
-    (offline: nothing is downloaded). `environ` names the cache (HF_HUB_CACHE, HF_HOME); default os.environ."""
+    (offline: nothing is downloaded; HF_HUB_CACHE and HF_HOME name the cache)."""
     path = Path(spec).expanduser()
     if path.is_dir():
         path = path / "config.json"
@@ -152,7 +152,7 @@ def load_model(spec: str, environ: Mapping[str, str] | None = None) -> ModelArch
     try:
         preset = find_model_preset(spec)
     except CatalogError:
-        cached = cached_config(spec, hub_cache(os.environ if environ is None else environ))
+        cached = cached_config(spec, hub_cache(os.environ))
         if cached is None:
             raise
         config = _read_config(cached)

@@ -1,6 +1,10 @@
 """Engine launch commands as users paste them, split into engine, model, memory flags and ignored flags."""
 
+import shlex
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from exporter.engine_command_line import EngineCommandLineError, parse_engine_command_line
 
@@ -79,3 +83,24 @@ def test_what_is_not_a_launch_command_says_why(text, message):
 
 def test_a_negative_value_is_a_value_not_a_flag():
     assert parse_engine_command_line("vllm serve org/m --max-model-len -1").settings == (("--max-model-len", "-1"),)
+
+
+SETTING_WORDS = st.sampled_from(
+    [("--tensor-parallel-size", "2"), ("-pp", "2"), ("--max-model-len", "32K"), ("--enforce-eager", None),
+     ("--kv-cache-dtype", "fp8"), ("--gpu-memory-utilization", "0.85"), ("-ep", None)]
+)  # fmt: skip
+IGNORED_WORDS = st.sampled_from([("--port", "8000"), ("--trust-remote-code", None), ("--host", "0.0.0.0")])
+
+
+@given(st.lists(st.one_of(SETTING_WORDS, IGNORED_WORDS), max_size=8), st.booleans())
+def test_any_mix_of_flags_splits_into_settings_and_ignored_in_order(flags, inline):
+    words = []
+    for flag, value in flags:
+        if value is None:
+            words.append(flag)
+        else:
+            words += [f"{flag}={value}"] if inline else [flag, value]
+    command = parse_engine_command_line(shlex.join(["vllm", "serve", "org/m", *words]))
+    ignored = {"--port", "--trust-remote-code", "--host"}
+    assert command.settings == tuple((f, v) for f, v in flags if f not in ignored)
+    assert command.ignored == tuple(f for f, _ in flags if f in ignored)
