@@ -140,7 +140,7 @@ def write_thresholds(config_path: Path, fragment: Fragment | None, knee: Replica
     yaml.width = 1 << 16  # never fold a long line (a URL, a commented value) the user wrote on one line
     stream = StringIO()
     yaml.dump(document, stream)
-    updated = stream.getvalue()
+    updated = _head_ruamel_drops(original) + stream.getvalue()
     _refuse_new_problems(original, updated, str(path), config_path)
     backup = path.with_name(f"{path.name}.bak")
     try:
@@ -164,6 +164,17 @@ def _knee_workload(document: CommentedMap, models: Sequence[str]) -> tuple[str, 
             if isinstance(entry, CommentedMap) and entry.get("model") == model:
                 return f"autoscaling.workloads[{index}] ({entry.get('name')})", entry
     return None
+
+
+def _head_ruamel_drops(original: str) -> str:
+    """The start of the file that a round trip would lose: the comments above a `---` line and the line itself, or
+    the whole of a file of comments alone (it loads as nothing)."""
+    lines = original.splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        content = line.strip()
+        if content and not content.startswith("#"):
+            return "".join(lines[: index + 1]) if content == "---" else ""
+    return original.rstrip("\n") + "\n" if original.strip() else ""
 
 
 def _mapping_indent(document: CommentedMap) -> int:

@@ -244,3 +244,19 @@ def test_write_into_the_example_config_changes_only_the_lines_it_sets(tmp_path):
     write_thresholds(path, None, ReplicaKnee(30, ("meta-llama/Llama-3.1-8B-Instruct",)))
     ((old, new),) = _changed_lines(original, path.read_text())
     assert old.replace("knee_concurrency: 24", "knee_concurrency: 30") == new
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        "# our settings, none set yet\n",
+        "# our settings\n---\n",
+        "# our settings\n---\n# after the marker\nnvml: false\n",
+    ],
+)
+def test_write_keeps_a_document_marker_and_the_comments_of_a_file_with_no_settings_yet(tmp_path, head):
+    path = tmp_path / "plimsoll.yaml"
+    path.write_text(head)
+    write_thresholds(path, {"saturation": {"kv_usage": 0.8}})
+    assert path.read_text().startswith(head)
+    assert load_config(path).saturation_kv_usage == 0.8
