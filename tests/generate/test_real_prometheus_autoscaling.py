@@ -200,15 +200,17 @@ def _targets_of(daemon: DaemonProcess, model: str) -> set[str]:
 def _engine_values(daemon: DaemonProcess, target: str, model: str) -> dict[str, tuple[float | None, float | None]]:
     """dp_rank -> (KV pool in tokens as the engine reports it, p95 request footprint in tokens)."""
     families = _metrics(daemon)
-    found: dict[str, list[float | None]] = {}
-    for name, key, wanted in (
-        ("plimsoll_kv_cache_capacity_tokens", "source", "engine"),
-        ("plimsoll_request_footprint_tokens", "footprint", "p95"),
-    ):
-        for labels, value in families.get(name, []):
-            if labels["target"] == target and labels["model"] == model and labels[key] == wanted:
-                found.setdefault(labels["dp_rank"], [None, None])[0 if key == "source" else 1] = value
-    return {rank: (values[0], values[1]) for rank, values in found.items()}
+
+    def per_rank(name: str, label: str, value: str) -> dict[str, float]:
+        return {
+            labels["dp_rank"]: sample
+            for labels, sample in families.get(name, [])
+            if labels["target"] == target and labels["model"] == model and labels[label] == value
+        }
+
+    pools = per_rank("plimsoll_kv_cache_capacity_tokens", "source", "engine")
+    footprints = per_rank("plimsoll_request_footprint_tokens", "footprint", "p95")
+    return {rank: (pools.get(rank), footprints.get(rank)) for rank in pools.keys() | footprints.keys()}
 
 
 def _settle(prometheus: Prometheus, expr: str, expected: float, timeout_s: float = QUERY_TIMEOUT_S) -> float:
