@@ -1,0 +1,82 @@
+"""The status page of a real `plimsoll run` in Debian's headless chromium (selenium): it shows the daemon's rows,
+follows the engine's KV usage without reloading, and fetches nothing but the daemon's /api/v1/state.
+
+Skips, saying why, only where deploy/local/install-browser.sh says this machine cannot have the browser.
+"""
+
+from typing import Any
+
+import pytest
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.status.browser import NoBrowser, headless_chromium, install
+from tests.status.conftest import Fleet
+from tests.support.prometheus import http
+
+UPDATE_TIMEOUT_SECONDS = 15  # the page refreshes every 3 s and the daemon polls every 0.5 s
+ROWS = (
+    "return Array.from(document.querySelectorAll('#instances tbody tr')).map(tr => ({target: tr.dataset.target, "
+    "text: tr.innerText, kv: (tr.querySelector('td.kv') || {}).className || null, "
+    "kvText: (tr.querySelector('td.kv') || {}).innerText || null}));"
+)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        install()
+    except NoBrowser as why:
+        pytest.skip(f"no browser on this machine: {why}")
+    with headless_chromium() as driver:
+        yield driver
+
+
+def _rows(browser) -> dict[str, dict[str, Any]]:
+    return {row["target"]: row for row in browser.execute_script(ROWS)}
+
+
+def _open(browser, fleet: Fleet) -> None:
+    browser.get(fleet.daemon.url + "/")
+    WebDriverWait(browser, UPDATE_TIMEOUT_SECONDS).until(
+        lambda driver: driver.execute_script("return document.getElementById('age').textContent").endswith("ago)"),
+        "the page's script did not show the snapshot's age (it never read /api/v1/state)",
+    )
+
+
+def test_the_page_shows_each_targets_row_and_fetches_only_the_daemons_state(browser, fleet):
+    fleet.set_usage(0.30)
+    _open(browser, fleet)
+    rows = _rows(browser)
+    assert list(rows) == ["vllm-tiny", "sglang-no-model", "refused"]
+    assert rows["vllm-tiny"]["kvText"].strip() == "30%" and "ok" in rows["vllm-tiny"]["kv"]
+    assert "tiny-llama" in rows["vllm-tiny"]["text"] and "never" in rows["vllm-tiny"]["text"]
+    assert "no model given" in rows["sglang-no-model"]["text"]
+    assert "down (refused)" in rows["refused"]["text"]
+    sparkline = browser.execute_script(
+        "return document.querySelector('tr[data-target=\"vllm-tiny\"] svg.spark polyline').getAttribute('points');"
+    )
+    assert len(sparkline.split()) >= 2, "the KV usage history is drawn"
+    fetched = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name);")
+    assert fetched and set(fetched) == {fleet.daemon.url + "/api/v1/state"}, fetched
+
+
+def test_the_page_follows_the_engines_kv_usage_without_reloading(browser, fleet):
+    fleet.set_usage(0.30)
+    _open(browser, fleet)
+    browser.execute_script("window.sameDocument = true;")
+    for usage, text, level in ((0.95, "95%", "at"), (0.85, "85%", "near"), (0.30, "30%", "ok")):
+        fleet.set_usage(usage)
+        WebDriverWait(browser, UPDATE_TIMEOUT_SECONDS).until(
+            lambda driver, text=text: _rows(driver)["vllm-tiny"]["kvText"].strip() == text,
+            f"the page did not show KV usage {text} within {UPDATE_TIMEOUT_SECONDS}s of the engine reporting it",
+        )
+        assert level in _rows(browser)["vllm-tiny"]["kv"].split()
+    assert browser.execute_script("return window.sameDocument === true;"), "the page reloaded instead of updating"
+
+
+def test_the_first_render_has_the_rows_without_a_script(fleet):
+    fleet.set_usage(0.30)
+    status, page = http("GET", fleet.daemon.url + "/", timeout_s=10.0)
+    assert status == 200
+    for expected in ('data-target="vllm-tiny"', "30%", 'data-target="refused"', "down (refused)", "no model given"):
+        assert expected in page
