@@ -1,6 +1,7 @@
 """`plimsoll plan` answers as text a person can check by hand, or as JSON for scripts."""
 
 from exporter.capacity.plan import GPUS_PER_NODE, CapacityPlan, FleetOption
+from exporter.capacity.uncertainty import kv_cache_tokens_range
 from exporter.units import GIB
 
 
@@ -42,7 +43,13 @@ def plan_table(result: CapacityPlan) -> str:
             f"{result.replica_kv_tokens:,} KV tokens per replica ({d.data_parallel} engines of {result.pool.tokens:,})"
         )
         requests = f"{result.pool.max_concurrency * d.data_parallel:.2f} requests of {d.max_model_len} tokens at once"
-    tail = ["", f"{verdict}: {tokens}, {requests}"]
+    low, high = kv_cache_tokens_range(result)
+    tail = [
+        "",
+        f"{verdict}: {tokens}, {requests}",
+        f"  likely {low:,} to {high:,} KV tokens per engine: how far each estimated term missed in real vLLM logs "
+        '(README "Model accuracy")',
+    ]
     tail += [f"  - {s}" for s in result.suggestions]
     return "\n".join(head + rows + tail)
 

@@ -190,3 +190,18 @@ def test_gpu_hour_prices_from_config_and_flags_rank_by_cost(capsys, tmp_path):
     assert priced[0]["gpu_hour_price"] == 99.0
     _, out, _ = run(capsys, *argv, "--config", str(config))
     assert "ranked by cost per hour" in out and "cost/hour" in out
+
+
+def test_every_plan_gives_a_kv_token_range_around_its_figure_in_json_and_table(capsys):
+    assert main(["plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--format", "json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    low, high = answer["kv_cache_tokens_range"]
+    assert low < answer["kv_cache_tokens"] < high
+    assert main(["plan", "--model", "llama-3.1-8b", "--gpu", "H100"]) == 0
+    assert f"likely {low:,} to {high:,} KV tokens per engine" in capsys.readouterr().out
+
+
+def test_a_given_kv_pool_size_is_not_an_estimate_so_its_range_is_one_figure(capsys):
+    assert main(["plan", "--model", "llama-3.1-8b", "--kv-cache-memory", "20GiB", "--format", "json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["kv_cache_tokens_range"] == [answer["kv_cache_tokens"]] * 2

@@ -16,6 +16,7 @@ from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import KvLayout, KvPool, blocks_per_request, kv_dtype_bytes, kv_layout, kv_pool
 from exporter.capacity.quantization import Quantization, from_flag
+from exporter.capacity.uncertainty import kv_cache_tokens_range
 from exporter.capacity.weights import WeightBreakdown, weight_breakdown, weight_dtype_bytes
 from exporter.units import format_gib
 
@@ -140,6 +141,8 @@ class CapacityPlan:
             "kv_bytes_per_token": self.layout.bytes_per_token,
             "kv_cache_blocks": self.pool.num_blocks,
             "kv_cache_tokens": self.pool.tokens,
+            # Per engine, like kv_cache_tokens: where the real figure may fall (README "Model accuracy").
+            "kv_cache_tokens_range": list(kv_cache_tokens_range(self)),
             "kv_cache_tokens_per_replica": self.replica_kv_tokens,
             "max_concurrency": round(self.pool.max_concurrency, 4),
             "fits": self.fits,
