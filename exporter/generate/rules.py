@@ -13,7 +13,9 @@ rules/RUNBOOK.md).
 
 Label conventions the expressions rely on: engine series carry `target`, `engine`, `model`, `dp_rank`; Prometheus
 adds `job` and `instance` at scrape time. The daemon runs one per node (DaemonSet or systemd), so `instance` (the
-daemon's address) stands for the node in the fleet aggregates.
+daemon's address) stands for the node in the fleet aggregates. A replica is one engine server, one (`instance`,
+`target`) pair: a data-parallel engine reports one series per rank (`dp_rank`), and the replica rules add its ranks
+up rather than count them apart.
 
 Recording rules follow `level:metric:operations`. SLI error ratios are per `target`, `model` and `slo`, summed over
 nodes, so replicas that share a target name (one DaemonSet config on every node) are one service.
@@ -37,13 +39,23 @@ GROUP_SLO = "plimsoll-slo.alerts"
 GROUP_EXPORTER = "plimsoll-exporter.alerts"
 GROUP_AUTOSCALING = "plimsoll-autoscaling.rules"
 GROUP_AUTOSCALING_ALERTS = "plimsoll-autoscaling.alerts"
+GROUP_COST = "plimsoll-cost.rules"
 
-# The replica rules' names: engineer B's KEDA and HPA manifests (exporter/generate/autoscaling.py) query them.
+# The replica rules' names: the KEDA and HPA manifests (exporter/generate/autoscaling.py) and the fleet dashboard
+# query them.
 DEMAND_RECORD = "model:plimsoll_demand_requests:sum"
 DEMAND_PEAK_RECORD = "model:plimsoll_demand_requests:peak"
 CAPACITY_RECORD = "model:plimsoll_replica_capacity_requests"
 RUNNING_RECORD = "model:plimsoll_replicas_running:count"
 NEEDED_RECORD = "model:plimsoll_replicas_needed"
+# The cost rules' names, in the currency of the config's `pricing.gpu_hour`.
+COST_GAUGE = "plimsoll_target_gpu_hourly_cost"
+HOURLY_COST_RUNNING_RECORD = "model:plimsoll_gpu_hourly_cost:running"
+HOURLY_COST_NOT_NEEDED_RECORD = "model:plimsoll_gpu_hourly_cost:not_needed"
+DAILY_COST_RUNNING_RECORD = "model:plimsoll_gpu_daily_cost:running"
+DAILY_COST_NOT_NEEDED_RECORD = "model:plimsoll_gpu_daily_cost:not_needed"
+# One replica: one engine server, whatever its data-parallel ranks.
+REPLICA = "model, instance, target"
 
 _ENGINE = "{{ $labels.model }} on {{ $labels.target }}"
 _WHERE = "(node {{ $labels.instance }}{{ if $labels.dp_rank }}, dp_rank {{ $labels.dp_rank }}{{ end }})"
@@ -383,13 +395,16 @@ def _capacity_rule(workload: ScaledWorkload, margin: float) -> dict[str, Any]:
     if workload.knee_concurrency is not None:
         expr = f"vector({_number(workload.knee_concurrency * margin)})\n"
     else:
-        # What one engine's KV pool holds of the p95 request footprint, averaged over the model's engines.
+        # What each rank's KV pool holds of its p95 request footprint, added up over a replica's data-parallel
+        # ranks (each has a pool of its own), averaged over the model's replicas.
         selector = f'model="{workload.model}"'
         expr = (
             "avg by (model) (\n"
-            f'  plimsoll_kv_cache_capacity_tokens{{source="engine", {selector}}}\n'
-            "  / ignoring (source, footprint)\n"
-            f'  plimsoll_request_footprint_tokens{{footprint="p95", {selector}}}\n'
+            f"  sum by ({REPLICA}) (\n"
+            f'    plimsoll_kv_cache_capacity_tokens{{source="engine", {selector}}}\n'
+            "    / ignoring (source, footprint)\n"
+            f'    plimsoll_request_footprint_tokens{{footprint="p95", {selector}}}\n'
+            "  )\n"
             f") * {_number(margin)}\n"
         )
     return {"record": CAPACITY_RECORD, "expr": expr, "labels": labels}
@@ -431,16 +446,48 @@ def _autoscaling_group(autoscaling: AutoscalingConfig) -> dict[str, Any]:
             "record": DEMAND_PEAK_RECORD,
             "expr": f"max_over_time({DEMAND_RECORD}[{duration(autoscaling.demand_window_seconds)}])",
         },
-        {"record": RUNNING_RECORD, "expr": "count by (model) (plimsoll_requests_running)"},
+        # A data-parallel engine reports each rank apart: count its (instance, target) once.
+        {"record": RUNNING_RECORD, "expr": f"count by (model) (count by ({REPLICA}) (plimsoll_requests_running))"},
     ]
     rules.extend(_capacity_rule(w, autoscaling.margin) for w in autoscaling.workloads)
     rules.extend(_needed_rule(w) for w in autoscaling.workloads)
     return {"name": GROUP_AUTOSCALING, "rules": rules}
 
 
-def _autoscaling_alerts(alerting: AlertingConfig, autoscaling: AutoscalingConfig) -> dict[str, Any]:
+def _cost_group(autoscaling: AutoscalingConfig | None) -> dict[str, Any]:
+    """What each model's replicas cost, per hour and per day, from the daemons' price of each target's GPUs; with
+    an `autoscaling:` section, also what the replicas beyond those needed cost, each at the mean cost of one
+    running replica of the model (replicas of one model may run on different GPUs)."""
+    hourly = [(HOURLY_COST_RUNNING_RECORD, DAILY_COST_RUNNING_RECORD, f"sum by (model) ({COST_GAUGE})\n")]
+    if autoscaling is not None:
+        hourly.append(
+            (
+                HOURLY_COST_NOT_NEEDED_RECORD,
+                DAILY_COST_NOT_NEEDED_RECORD,
+                (
+                    f"clamp_min({RUNNING_RECORD} - on (model) {NEEDED_RECORD}, 0)\n"
+                    "* on (model)\n"
+                    f"avg by (model) ({COST_GAUGE})\n"
+                ),
+            )
+        )
+    rules = [{"record": record, "expr": expr} for record, _, expr in hourly]
+    rules.extend({"record": daily, "expr": f"24 * {record}"} for record, daily, _ in hourly)
+    return {"name": GROUP_COST, "rules": rules}
+
+
+# Empty, and so left out, where no replica of the model has a price (or no prices are configured at all).
+_NOT_NEEDED_COST = (
+    f'{{{{ with printf "{DAILY_COST_NOT_NEEDED_RECORD}{{model=%q}}" $labels.model | query }}}}'
+    "They cost about {{ . | first | value | humanize }} a day (in the currency of pricing.gpu_hour). {{ end }}"
+)
+
+
+def _autoscaling_alerts(config: Config, autoscaling: AutoscalingConfig) -> dict[str, Any]:
+    alerting = config.alerting
     window = duration(autoscaling.overprovisioned_for_seconds)
     demand_window = duration(autoscaling.demand_window_seconds)
+    cost = _NOT_NEEDED_COST if config.gpu_hour_prices else ""
     over = _alert(
         alerting,
         "PlimsollOverProvisioned",
@@ -449,8 +496,8 @@ def _autoscaling_alerts(alerting: AlertingConfig, autoscaling: AutoscalingConfig
         "ticket",
         f"{{{{ $labels.model }}}}: more replicas than its peak demand needs, for {window}",
         "{{ $labels.model }} has run more replicas than its peak demand needs for all of the last "
-        f"{window}: {{{{ $value }}}} replicas could go now. Needed is the peak of running + waiting requests over "
-        f"{demand_window} over one replica's capacity ({CAPACITY_RECORD}), never under min_replicas; lower "
+        f"{window}: {{{{ $value }}}} replicas could go now. {cost}Needed is the peak of running + waiting requests "
+        f"over {demand_window} over one replica's capacity ({CAPACITY_RECORD}), never under min_replicas; lower "
         "min_replicas, or check that the scaler scales down.",
     )
     return {"name": GROUP_AUTOSCALING_ALERTS, "rules": [over]}
@@ -468,7 +515,9 @@ def groups(config: Config) -> list[dict[str, Any]]:
     found.append(_exporter_group(config.alerting))
     if config.autoscaling is not None:
         found.append(_autoscaling_group(config.autoscaling))
-        found.append(_autoscaling_alerts(config.alerting, config.autoscaling))
+        found.append(_autoscaling_alerts(config, config.autoscaling))
+    if config.gpu_hour_prices:
+        found.append(_cost_group(config.autoscaling))
     return found
 
 

@@ -303,6 +303,51 @@ def test_the_over_provisioning_ticket_holds_for_the_configured_window_and_says_h
     assert "over 30m" in alert["annotations"]["description"]
 
 
+def test_a_replica_is_an_instance_and_target_pair_whatever_its_data_parallel_ranks():
+    (running,) = _rules_named(SCALED, rules.RUNNING_RECORD)
+    assert running["expr"] == "count by (model) (count by (model, instance, target) (plimsoll_requests_running))"
+    _, model = _rules_named(SCALED, rules.CAPACITY_RECORD)
+    # The ranks' capacities are added up per replica before the model's replicas are averaged.
+    assert re.sub(r"\s+", " ", model["expr"]).startswith("avg by (model) ( sum by (model, instance, target) ( ")
+
+
+PRICES = (("H100-80GB", 2.49), ("L40S", 0.99))
+
+
+def test_cost_rules_exist_only_with_prices_and_the_not_needed_cost_only_with_autoscaling_too():
+    assert rules.GROUP_COST not in {group["name"] for group in _groups(SCALED)}
+    priced = replace(Config(), gpu_hour_prices=PRICES)
+    (group,) = [group for group in _groups(priced) if group["name"] == rules.GROUP_COST]
+    assert [rule["record"] for rule in group["rules"]] == [
+        rules.HOURLY_COST_RUNNING_RECORD,
+        rules.DAILY_COST_RUNNING_RECORD,
+    ]
+    scaled_and_priced = replace(SCALED, gpu_hour_prices=PRICES)
+    (group,) = [group for group in _groups(scaled_and_priced) if group["name"] == rules.GROUP_COST]
+    exprs = {rule["record"]: rule["expr"].strip() for rule in group["rules"]}
+    assert exprs == {
+        rules.HOURLY_COST_RUNNING_RECORD: "sum by (model) (plimsoll_target_gpu_hourly_cost)",
+        rules.HOURLY_COST_NOT_NEEDED_RECORD: (
+            f"clamp_min({rules.RUNNING_RECORD} - on (model) {rules.NEEDED_RECORD}, 0)\n"
+            "* on (model)\n"
+            "avg by (model) (plimsoll_target_gpu_hourly_cost)"
+        ),
+        rules.DAILY_COST_RUNNING_RECORD: f"24 * {rules.HOURLY_COST_RUNNING_RECORD}",
+        rules.DAILY_COST_NOT_NEEDED_RECORD: f"24 * {rules.HOURLY_COST_NOT_NEEDED_RECORD}",
+    }
+
+
+def test_the_over_provisioning_ticket_reads_the_cost_of_the_replicas_not_needed_only_with_prices():
+    (unpriced,) = _rules_named(SCALED, "PlimsollOverProvisioned")
+    (priced,) = _rules_named(replace(SCALED, gpu_hour_prices=PRICES), "PlimsollOverProvisioned")
+    assert unpriced["expr"] == priced["expr"]
+    assert rules.DAILY_COST_NOT_NEEDED_RECORD not in unpriced["annotations"]["description"]
+    assert (
+        f'printf "{rules.DAILY_COST_NOT_NEEDED_RECORD}{{model=%q}}" $labels.model | query'
+        in (priced["annotations"]["description"])
+    )
+
+
 def test_every_alert_has_promtool_tests_that_fire_and_that_stay_quiet():
     fired, quiet = set(), set()
     for path in RULE_TESTS:
@@ -328,7 +373,14 @@ def test_the_fetched_tools_are_recent_enough(prometheus_tools):
 def test_promtool_accepts_the_rules_with_every_lint_fatal(prometheus_tools, example_config, tmp_path):
     odd = Config(slos=(SloConfig("ttft", 0.25, 0.999), SloConfig("e2e", 10.0, 0.9)), slo_period_seconds=7 * 86400.0)
     paths = [RULE_FILE]
-    for name, config in (("example", example_config), ("odd", odd), ("defaults", Config()), ("scaled", SCALED)):
+    priced = replace(Config(), gpu_hour_prices=PRICES)
+    for name, config in (
+        ("example", example_config),
+        ("odd", odd),
+        ("defaults", Config()),
+        ("scaled", SCALED),
+        ("priced", priced),
+    ):
         path = tmp_path / f"{name}.rules.yaml"
         path.write_text(next(a.text for a in rules.artifacts(config) if a.path == rules.RULES_PATH))
         paths.append(path)
