@@ -122,6 +122,13 @@ def _target_dict(state: TargetState) -> dict[str, Any]:
     }
 
 
+def _owner(snapshot: Snapshot, gpu: str, pid: int) -> str | None:
+    """The target a GPU process belongs to: by its PID where the daemon matched it, else the GPU's only target (as
+    plimsoll_gpu_process_memory_bytes' `target` label has it); None when neither says."""
+    on_gpu = [t.target.name for t in snapshot.targets if gpu in t.gpus]
+    return snapshot.process_targets.get(pid) or (on_gpu[0] if len(on_gpu) == 1 else None)
+
+
 def state_dict(snapshot: Snapshot) -> dict[str, Any]:
     nvml = snapshot.nvml
     return {
@@ -147,7 +154,7 @@ def state_dict(snapshot: Snapshot) -> dict[str, Any]:
                         {
                             "pid": p.pid,
                             "used_bytes": p.used_bytes,
-                            "target": snapshot.process_targets.get(p.pid) or None,
+                            "target": _owner(snapshot, g.index, p.pid),
                         }
                         for p in g.processes
                     ],
