@@ -15,10 +15,13 @@ Three dashboards, each answering one kind of question:
 - `plimsoll-capacity-plan`: the capacity model's breakdown per target (weights, KV bytes per token, activation,
   overhead, KV capacity engine vs model), for the people who size the fleet.
 
-Queries use only the daemon's own series (README "Metrics") and Prometheus' `up` of its scrape jobs, never recording
-rules, so the dashboards work the moment Prometheus scrapes a daemon. One panel is the exception and says so in its
-title: the daemon exports SLI counters, not latency histograms, so latency quantiles come from vLLM's own
-`vllm:*_bucket` series (`ENGINE_HISTOGRAM_PANEL`).
+Queries use the daemon's own series (README "Metrics") and Prometheus' `up` of its scrape jobs, so the dashboards
+work the moment Prometheus scrapes a daemon. Two exceptions, each saying so: the daemon exports SLI counters, not
+latency histograms, so latency quantiles come from vLLM's own `vllm:*_bucket` series (`ENGINE_HISTOGRAM_PANEL`);
+and the fleet dashboard's "Replicas and cost" row, there only where the config has an `autoscaling:` section or
+prices, reads the replica and cost recording rules by name, so it shows exactly what the scalers, the
+over-provisioning ticket and the cost records compute. Those records are per model: only the Model variable
+applies to them.
 
 Every query filters on the dashboard variables with regex matchers (`instance=~"$node"`, `target=~"$target"`,
 `model=~"$model"`; "All" is `.*`) and rates over `$__rate_interval`. `queries(config)` lists every panel's
@@ -41,7 +44,20 @@ from grafanalib._gen import DashboardEncoder
 
 from exporter.config import Config, SloConfig
 from exporter.generate import Artifact
-from exporter.generate.rules import duration, saturation_gate_ratio, saturation_horizon_seconds
+from exporter.generate.rules import (
+    CAPACITY_RECORD,
+    DAILY_COST_NOT_NEEDED_RECORD,
+    DAILY_COST_RUNNING_RECORD,
+    DEMAND_PEAK_RECORD,
+    DEMAND_RECORD,
+    HOURLY_COST_NOT_NEEDED_RECORD,
+    HOURLY_COST_RUNNING_RECORD,
+    NEEDED_RECORD,
+    RUNNING_RECORD,
+    duration,
+    saturation_gate_ratio,
+    saturation_horizon_seconds,
+)
 from exporter.slo import burn_rate_factors
 
 SCHEMA_VERSION = 39  # Grafana 10.3+/11: no migration runs on load
@@ -56,6 +72,8 @@ RENDER_DEFAULTS: Mapping[str, str] = {"node": ".*", "model": ".*", "target": ".*
 ENGINE = 'instance=~"$node", target=~"$target", model=~"$model"'
 TARGET = 'instance=~"$node", target=~"$target"'
 NODE = 'instance=~"$node"'
+# The per-model recording rules carry only `model` (and `source` where a capacity is behind them).
+MODEL = 'model=~"$model"'
 # The labels that tell engine instances apart across a fleet of daemons (target names may repeat across nodes).
 INSTANCE_KEY = "instance, target, model, dp_rank"
 
@@ -664,18 +682,122 @@ def fleet(config: Config) -> g.Dashboard:
     return _dashboard(
         "plimsoll-fleet",
         "Plimsoll / Fleet",
-        "How much room is left per model across the fleet, what saturates first, which SLOs burn, and whether the "
-        "daemons see their targets and GPUs.",
+        "How much room is left per model across the fleet, what saturates first, which SLOs burn, whether the "
+        "daemons see their targets and GPUs, and (with autoscaling or prices configured) the replicas needed and "
+        "what the replicas cost.",
         _place(
             [
                 (None, status),
                 ("Headroom", headroom),
                 ("Saturation", saturation),
                 ("SLOs and capacity model", [*slos, drift]),
+                ("Replicas and cost", [*_replica_panels(config), *_cost_panels(config)]),
             ]
         ),
         config.alerting.runbook_url,
     )
+
+
+def _replica_panels(config: Config) -> list[tuple[g.Panel, int, int]]:
+    """Replicas needed against running, and demand against capacity, per model: what the scalers and
+    PlimsollOverProvisioned act on."""
+    autoscaling = config.autoscaling
+    if autoscaling is None:
+        return []
+    running = f"{RUNNING_RECORD}{{{MODEL}}}"
+    window = _seconds_text(autoscaling.demand_window_seconds)
+    return [
+        (
+            _timeseries(
+                "Replicas needed vs running per model",
+                "Per model, the replicas running (engine servers: a data-parallel engine's ranks count once) and the "
+                f"replicas its peak demand over {window} needs, within each workload's min and max ({NEEDED_RECORD}, "
+                "the number the KEDA and HPA scalers drive to). Running above needed for "
+                f"{_seconds_text(autoscaling.overprovisioned_for_seconds)} is PlimsollOverProvisioned; source says "
+                "whether a replica's capacity is the measured knee or the capacity model.",
+                [(running, "{{model}} running"), (f"{NEEDED_RECORD}{{{MODEL}}}", "{{model}} needed ({{source}})")],
+                "short",
+                minimum=0,
+            ),
+            12,
+            8,
+        ),
+        (
+            _timeseries(
+                "Demand against capacity per model (requests)",
+                "Per model, requests running + waiting over every replica, its peak over "
+                f"{window} (what the replicas needed follow), and what the replicas running hold: one replica's "
+                f"capacity x {_num(autoscaling.margin)} (autoscaling.margin) x the replicas running. Demand above "
+                "the capacity line queues; far below it for long, replicas could go.",
+                [
+                    (f"{DEMAND_RECORD}{{{MODEL}}}", "{{model}} demand"),
+                    (
+                        f"{DEMAND_PEAK_RECORD}{{{MODEL}}}",
+                        f"{{{{model}}}} peak over {duration(autoscaling.demand_window_seconds)}",
+                    ),
+                    (
+                        f"{CAPACITY_RECORD}{{{MODEL}}} * on (model) {running}",
+                        "{{model}} capacity of the replicas running",
+                    ),
+                ],
+                "short",
+                minimum=0,
+            ),
+            12,
+            8,
+        ),
+    ]
+
+
+def _cost_panels(config: Config) -> list[tuple[g.Panel, int, int]]:
+    """What the replicas running cost, and those beyond the replicas needed (with an `autoscaling:` section), per
+    hour and per day, in the currency of the config's prices."""
+    if not config.gpu_hour_prices:
+        return []
+    currency = "in the currency of pricing.gpu_hour"
+    hourly = [(f"{HOURLY_COST_RUNNING_RECORD}{{{MODEL}}}", "{{model}} running")]
+    daily = [
+        (
+            "GPU cost per day, replicas running",
+            "What the GPUs of every replica running cost per day at the current rate, summed over the selected "
+            f"models ({DAILY_COST_RUNNING_RECORD}, {currency}). Replicas on a GPU without a price are left out.",
+            DAILY_COST_RUNNING_RECORD,
+        )
+    ]
+    if config.autoscaling is not None:
+        hourly.append((f"{HOURLY_COST_NOT_NEEDED_RECORD}{{{MODEL}}}", "{{model}} not needed"))
+        daily.append(
+            (
+                "GPU cost per day, replicas not needed",
+                "What the replicas running beyond those needed would cost per day at the current rate, each at the "
+                f"mean cost of one running replica of its model ({DAILY_COST_NOT_NEEDED_RECORD}, {currency}): what "
+                "scaling down to the replicas needed saves.",
+                DAILY_COST_NOT_NEEDED_RECORD,
+            )
+        )
+    panels: list[tuple[g.Panel, int, int]] = [
+        (
+            _timeseries(
+                "GPU cost per hour per model",
+                "Per model, what the GPUs of its replicas running cost per hour, and what those beyond the replicas "
+                f"needed cost ({currency}). The daemon prices each target's GPUs from pricing.gpu_hour.",
+                hourly,
+                "suffix:/h",
+                minimum=0,
+            ),
+            12,
+            8,
+        )
+    ]
+    panels.extend(
+        (
+            _stat(title, description, f"sum({record}{{{MODEL}}})", "suffix:/day", _steps(("blue", None))),
+            12 // len(daily),
+            8,
+        )
+        for title, description, record in daily
+    )
+    return panels
 
 
 def _sli_panel(slo: SloConfig) -> g.TimeSeries:

@@ -159,19 +159,29 @@ def test_every_panel_has_a_unit_and_a_description(example):
         assert len(panel.get("description") or "") > 40, f"{path}: {panel['title']!r} says not what it answers"
 
 
+def recorded_names(config: Config) -> set[str]:
+    """The recording rules `plimsoll generate` writes for the config."""
+    return {rule["record"] for group in rules.groups(config) for rule in group["rules"] if "record" in rule}
+
+
 def test_every_query_filters_on_the_variables_it_can(example):
+    recorded = recorded_names(example)
     for _, panel in all_panels(example):
         for expr in queries_of(panel):
             if panel["title"] == dashboards.ENGINE_HISTOGRAM_PANEL:
                 assert 'model_name=~"$model"' in expr
+            elif metric_names(expr) <= recorded:
+                # Per-model records keep no node or target: each read filters on the model.
+                reads = re.findall(r"(\w+:[\w:]+)(\{[^}]*\})?", expr)
+                assert reads and all(selector == '{model=~"$model"}' for _, selector in reads), expr
             else:
                 assert 'instance=~"$node"' in expr, expr
             if re.search(r"plimsoll_(kv_cache|headroom|requests|slo_\w*requests|model|saturation_eta)", expr):
                 assert 'target=~"$target"' in expr and 'model=~"$model"' in expr, expr
 
 
-def test_queries_use_only_metric_names_the_daemon_exports(example):
-    exported = exported_metric_names()
+def test_queries_use_only_metric_names_the_daemon_exports_or_the_generated_rules_record(example):
+    exported = exported_metric_names() | recorded_names(example)
     assert {"plimsoll_kv_cache_usage_ratio", "plimsoll_preemptions_total", "plimsoll_build_info"} <= exported
     engine_native = set()
     for dashboard, title, expr in dashboards.queries(example):
@@ -420,3 +430,68 @@ def test_saturation_trend_window_is_the_ahead_alert_fit_and_the_projected_usage(
         e for e in queries_of(panel_titled(config, "KV cache usage vs saturation threshold")) if "predict" in e
     ]
     assert projected == [f"predict_linear(plimsoll_kv_cache_usage_ratio{{{dashboards.ENGINE}}}[45m], 1200)"]
+
+
+# The "Replicas and cost" row: the replica and cost records, by name, only where the rules write them.
+
+REPLICA_PANELS = ("Replicas needed vs running per model", "Demand against capacity per model (requests)")
+HOURLY_COST_PANEL = "GPU cost per hour per model"
+DAILY_COST_PANELS = ("GPU cost per day, replicas running", "GPU cost per day, replicas not needed")
+
+
+def fleet_titles(config: Config) -> list[str]:
+    return [panel["title"] for panel in built(config)["dashboards/plimsoll-fleet.json"]["panels"]]
+
+
+def test_replicas_and_cost_row_is_there_only_with_autoscaling_or_prices(example):
+    assert example.autoscaling is not None and example.gpu_hour_prices
+    titles = fleet_titles(example)
+    assert titles[titles.index("Replicas and cost") :] == [
+        "Replicas and cost",
+        *REPLICA_PANELS,
+        HOURLY_COST_PANEL,
+        *DAILY_COST_PANELS,
+    ]
+    assert "Replicas and cost" not in fleet_titles(replace(example, autoscaling=None, gpu_hour_prices=()))
+    unpriced = fleet_titles(replace(example, gpu_hour_prices=()))
+    assert unpriced[unpriced.index("Replicas and cost") + 1 :] == list(REPLICA_PANELS)
+    unscaled = fleet_titles(replace(example, autoscaling=None))
+    assert unscaled[unscaled.index("Replicas and cost") + 1 :] == [HOURLY_COST_PANEL, DAILY_COST_PANELS[0]]
+    unscaled_hourly = queries_of(panel_titled(replace(example, autoscaling=None), HOURLY_COST_PANEL))
+    assert unscaled_hourly == [f'{rules.HOURLY_COST_RUNNING_RECORD}{{model=~"$model"}}']
+
+
+def test_replica_and_cost_panels_read_the_records_the_rules_write(example):
+    recorded = recorded_names(example)
+    read = {
+        name
+        for title in (*REPLICA_PANELS, HOURLY_COST_PANEL, *DAILY_COST_PANELS)
+        for expr in queries_of(panel_titled(example, title))
+        for name in metric_names(expr)
+    }
+    assert read <= recorded
+    assert read == {
+        rules.RUNNING_RECORD,
+        rules.NEEDED_RECORD,
+        rules.DEMAND_RECORD,
+        rules.DEMAND_PEAK_RECORD,
+        rules.CAPACITY_RECORD,
+        rules.HOURLY_COST_RUNNING_RECORD,
+        rules.HOURLY_COST_NOT_NEEDED_RECORD,
+        rules.DAILY_COST_RUNNING_RECORD,
+        rules.DAILY_COST_NOT_NEEDED_RECORD,
+    }
+    (capacity,) = [e for e in queries_of(panel_titled(example, REPLICA_PANELS[1])) if rules.CAPACITY_RECORD in e]
+    # What the replicas running hold: one replica's capacity times how many run.
+    assert capacity == (
+        f'{rules.CAPACITY_RECORD}{{model=~"$model"}} * on (model) {rules.RUNNING_RECORD}{{model=~"$model"}}'
+    )
+
+
+def test_cost_panels_say_per_hour_and_per_day_in_their_units(example):
+    assert panel_titled(example, HOURLY_COST_PANEL)["fieldConfig"]["defaults"]["unit"] == "suffix:/h"
+    for title in DAILY_COST_PANELS:
+        panel = panel_titled(example, title)
+        assert panel["type"] == "stat" and panel["fieldConfig"]["defaults"]["unit"] == "suffix:/day", title
+        (expr,) = queries_of(panel)
+        assert expr.startswith("sum(model:plimsoll_gpu_daily_cost:"), expr
