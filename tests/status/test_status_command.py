@@ -2,9 +2,13 @@
 
 import json
 import os
+import pty
+import select
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 from tests.status.conftest import Fleet
 
@@ -70,3 +74,42 @@ def test_a_bad_url_or_a_user_without_password_is_exit_2():
     assert _status("localhost:19842").returncode == 2
     done = _status("http://127.0.0.1:1", "--basic-auth-user", "ops")
     assert done.returncode == 2 and "PLIMSOLL_STATUS_PASSWORD" in done.stderr
+
+
+def test_watch_refreshes_in_place_until_ctrl_c(fleet: Fleet):
+    """In a terminal (a pty here, as rich only redraws on one): the usage the engine reports next appears without
+    restarting the command, and Ctrl-C ends it with exit 0."""
+    fleet.set_usage(0.30)
+    controller, terminal = pty.openpty()
+    env = {**os.environ, "COLUMNS": "250", "LINES": "50", "TERM": "xterm"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "status", fleet.daemon.url, "--watch", "--interval", "500ms"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=env,
+    )
+    os.close(terminal)
+    seen = b""
+    try:
+
+        def shows(text: bytes) -> bool:
+            nonlocal seen
+            deadline = time.monotonic() + COMMAND_TIMEOUT_SECONDS
+            while text not in seen:
+                assert time.monotonic() < deadline, f"--watch never showed {text!r}:\n{seen[-3000:]!r}"
+                ready, _, _ = select.select([controller], [], [], 0.5)
+                if ready:
+                    seen += os.read(controller, 65536)
+            return True
+
+        assert shows(b"30%")
+        fleet.set_usage(0.95)
+        assert shows(b"95%")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=COMMAND_TIMEOUT_SECONDS) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(controller)
