@@ -253,8 +253,8 @@ def stack(prometheus_tools: dict[str, str]) -> Iterator[Stack]:
         daemons = {}
         for node in ("a", "b"):
             (workdir / node).mkdir()
-            config = _node_config(_targets(node, pages_url))
-            daemons[node] = running.enter_context(running_daemon(workdir / node, config))
+            node_config = _node_config(_targets(node, pages_url))
+            daemons[node] = running.enter_context(running_daemon(workdir / node, node_config))
         config_path = daemons["a"].config_path
         assert config_path is not None
         config = load_config(config_path)
