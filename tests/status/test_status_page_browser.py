@@ -80,3 +80,23 @@ def test_the_first_render_has_the_rows_without_a_script(fleet):
     assert status == 200
     for expected in ('data-target="vllm-tiny"', "30%", 'data-target="refused"', "down (refused)", "no model given"):
         assert expected in page
+
+
+def test_the_scripts_rows_read_the_same_as_the_servers(browser, fleet):
+    """The script's copy of exporter/status_format.py against the original: the live rows' text equals the text
+    of the rows the server rendered, for the same engine state."""
+    fleet.set_usage(0.85)
+    _open(browser, fleet)
+    texts = (
+        "return Array.from(root.querySelectorAll('#instances tbody tr'), tr => Array.from(tr.cells, td => "
+        "td.textContent.trim()));"
+    )
+    live = browser.execute_script(f"const root = document; {texts}")
+    served = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch('/').then(r => r.text()).then(html => {"
+        f"  const root = new DOMParser().parseFromString(html, 'text/html'); done((() => {{ {texts} }})());"
+        "});"
+    )
+    assert live == served
+    assert any("85%" in cell for row in live for cell in row)
