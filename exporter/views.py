@@ -99,7 +99,8 @@ def _instance_dict(state: TargetState, instance: InstanceState) -> dict[str, Any
         "model_kv_cache_capacity_tokens": plan.pool.tokens if plan else None,
         "model_capacity_error_ratio": _number(instance.model_capacity_error_ratio),
         "slos": {s.slo.name: {"total": s.counter.total, "good": s.counter.good} for s in instance.slos},
-        "kv_usage_history": [[p.t, p.value] for p in instance.kv_usage_history],
+        # Rounded for the sparkline (ms, 0.01%): the full floats would double the document's size.
+        "kv_usage_history": [[round(p.t, 3), round(p.value, 4)] for p in instance.kv_usage_history],
         "reasons": _reasons(state, instance),
     }
 
