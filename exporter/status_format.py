@@ -68,7 +68,7 @@ def duration(seconds: float | str | None) -> str:
     if value <= 0:
         return "now"
     if value < 60:
-        return f"{math.ceil(value)}s"
+        return f"{math.ceil(value)}s" if value <= 59 else "1m"
     if value < 3600:
         return f"{math.floor(value / 60)}m"
     if value < 86400:
