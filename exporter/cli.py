@@ -179,7 +179,7 @@ def _add_loadtest(commands: argparse._SubParsersAction) -> None:
     search.add_argument("--stall-timeout", type=duration_arg, default="15s", help="longest silence mid-stream")
     model = p.add_argument_group("capacity model (compared with the knee)")
     model.add_argument("--model", help="preset name or Hugging Face config.json, as for plimsoll plan")
-    model.add_argument("--gpu", default="H100-80GB", help="GPU preset, with --model")
+    model.add_argument("--gpu", help="GPU preset (default H100-80GB), with --model")
     add_deployment_flags(model)
     config = p.add_argument_group("config")
     env_twin(p, "--config", "PLIMSOLL_CONFIG", help="YAML config: its target's model, and where --write goes")
