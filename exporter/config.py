@@ -18,6 +18,7 @@ import yaml
 
 from exporter.capacity.kv import KV_DTYPE_BYTES
 from exporter.capacity.plan import Deployment
+from exporter.catalog import gpu_presets
 from exporter.units import parse_duration, parse_size, value_kind
 
 DEFAULT_PORT = 19842
@@ -866,6 +867,9 @@ def _autoscaling(r: _Reader, raw: Any) -> AutoscalingConfig | None:
     )
 
 
+_NVML_NAME_PREFIXES = ("NVIDIA ", "Tesla ", "Quadro ")
+
+
 def _gpu_hour_prices(value: Any) -> tuple[tuple[str, float], ...]:
     if not isinstance(value, dict):
         raise ValueError(f"expected a map of GPU type to price per GPU-hour (H100-80GB: 2.49), got {value_kind(value)}")
@@ -873,6 +877,13 @@ def _gpu_hour_prices(value: Any) -> tuple[tuple[str, float], ...]:
     for gpu, price in value.items():
         if not isinstance(gpu, str) or not gpu.strip():
             problems.append(f"{_shown(gpu)} is not a GPU type (a preset or NVML product name)")
+            continue
+        if not gpu.startswith(_NVML_NAME_PREFIXES) and not any(preset.matches(gpu) for preset in gpu_presets()):
+            # A typo here would silently leave every GPU of that type unpriced (no cost series at all).
+            problems.append(
+                f"{gpu}: neither a GPU preset (`plimsoll plan --list-gpus`) nor an NVML product name "
+                "(as `nvidia-smi -L` shows it, e.g. NVIDIA A40)"
+            )
             continue
         try:
             number = _number(price, "a price per GPU-hour")

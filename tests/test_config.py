@@ -545,7 +545,7 @@ autoscaling:
     - {model: m, name: y, namespace: ns, max_replicas: 2, startup: 1m}
     - {model: z, namespace: NS}
 pricing:
-  gpu_hour: {H100-80GB: 2.49, L40S: -1, A10: cheap}
+  gpu_hour: {H100-80GB: 2.49, L40S: -1, A10: cheap, H10O: 2.49, NVIDIA A2: 0.5}
   currency: EUR
 """,
         "c.yaml",
@@ -584,6 +584,8 @@ pricing:
     assert "missing" in said["autoscaling.workloads[4].name"]
     assert "not a Kubernetes namespace" in said["autoscaling.workloads[4].namespace"]
     assert "L40S: -1 is not a price" in said["pricing.gpu_hour"] and "A10: 'cheap'" in said["pricing.gpu_hour"]
+    # A typo would leave that GPU unpriced without a word; an NVML product name outside the presets is fine.
+    assert "H10O: neither a GPU preset" in said["pricing.gpu_hour"] and "A2:" not in said["pricing.gpu_hour"]
 
 
 @pytest.mark.parametrize("workloads", ["[]", "none-here", "{model: m}"])
