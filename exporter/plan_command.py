@@ -4,8 +4,9 @@ import argparse
 import json
 
 from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.fleet import plan_fleet
 from exporter.capacity.gpus import GpuSpec
-from exporter.capacity.plan import PlanError, check_inputs, plan, plan_fleet
+from exporter.capacity.plan import PlanError, check_inputs, plan
 from exporter.catalog import gpu_presets, load_model, model_presets
 from exporter.cli_args import Formatter, positive_int
 from exporter.config import load_config

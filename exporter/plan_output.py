@@ -1,6 +1,8 @@
 """`plimsoll plan` answers as text a person can check by hand, or as JSON for scripts."""
 
-from exporter.capacity.plan import GPUS_PER_NODE, CapacityPlan, FleetOption
+from exporter.capacity.candidates import GPUS_PER_NODE
+from exporter.capacity.fleet import FleetOption
+from exporter.capacity.plan import CapacityPlan
 from exporter.capacity.uncertainty import kv_cache_tokens_range
 from exporter.units import GIB
 

@@ -1,33 +1,26 @@
-"""The capacity plan: what one deployment holds per GPU, whether it fits, and what it takes to serve a load.
+"""The capacity plan: what one deployment holds per GPU, whether it fits, and if not, what would make it fit.
 
-`plan()` answers the forward question (this model, this GPU, these flags: how many KV tokens?) and
-`plan_fleet()` the inverse one (this load: how many GPUs, split how?). Both are pure: the caller supplies the
+`plan()` answers the forward question (this model, this GPU, these flags: how many KV tokens?); the inverse one
+(this load: how many GPUs, split how?) is `exporter.capacity.fleet`. Both are pure: the caller supplies the
 architecture and the GPU, already loaded.
 """
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from exporter.capacity import assumptions as A
 from exporter.capacity.activation import activation_peak_bytes, cuda_graph_bytes, non_torch_bytes
 from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.candidates import GPUS_PER_NODE, MAX_GPUS_PER_REPLICA, layouts, precisions
 from exporter.capacity.gpus import GpuSpec
-from exporter.capacity.kv import KvLayout, KvPool, blocks_per_request, kv_dtype_bytes, kv_layout, kv_pool
-from exporter.capacity.quantization import Quantization, from_flag
+from exporter.capacity.kv import KvLayout, KvPool, kv_dtype_bytes, kv_layout, kv_pool
+from exporter.capacity.quantization import Quantization
 from exporter.capacity.uncertainty import kv_cache_tokens_range
 from exporter.capacity.weights import WeightBreakdown, weight_breakdown, weight_dtype_bytes
 from exporter.units import format_gib
 
 ENGINES = ("vllm", "sglang")
-# Inverse planning and the fixes for a deployment that does not fit try layouts of nodes of 8 GPUs: tensor
-# parallelism inside a node, pipeline stages across nodes, data-parallel engines (MoE models, with expert
-# parallelism) up to 16 GPUs, and no replica larger than 4 nodes.
-GPUS_PER_NODE = 8
-PIPELINE_PARALLEL_CHOICES = (1, 2, 3, 4)
-DATA_PARALLEL_CHOICES = (1, 2, 4, 8, 16)
-MAX_GPUS_PER_REPLICA = 4 * GPUS_PER_NODE
 
 
 class PlanError(ValueError):
@@ -198,17 +191,18 @@ def resolve(deployment: Deployment, arch: ModelArchitecture, gpu: GpuSpec) -> De
 
 def plan(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> CapacityPlan:
     """The per-GPU breakdown; a deployment that does not fit also gets the changes that would make it fit."""
-    result = _evaluate(arch, gpu, deployment)
+    result = evaluate(arch, gpu, deployment)
     if result.fits:
         return result
     return replace(result, suggestions=tuple(_suggestions(arch, gpu, result.deployment, result)))
 
 
 def _fits(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> bool:
-    return _evaluate(arch, gpu, deployment).fits
+    return evaluate(arch, gpu, deployment).fits
 
 
-def _evaluate(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> CapacityPlan:
+def evaluate(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> CapacityPlan:
+    """The per-GPU breakdown alone, without searching for fixes: what searches call for each candidate."""
     d = resolve(deployment, arch, gpu)
     assert d.gpu_memory_utilization is not None and d.max_model_len is not None
     assert d.max_num_batched_tokens is not None and d.max_num_seqs is not None and d.block_size is not None
@@ -336,103 +330,6 @@ def _pool_how(pool: KvPool, d: Deployment) -> str:
     )
 
 
-@dataclass(frozen=True)
-class Layout:
-    """How one replica spreads over GPUs."""
-
-    tensor_parallel: int
-    pipeline_parallel: int = 1
-    data_parallel: int = 1
-    expert_parallel: bool = False
-
-    @property
-    def gpus(self) -> int:
-        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
-
-    @property
-    def flags(self) -> str:
-        out = f"--tp {self.tensor_parallel}"
-        if self.pipeline_parallel > 1:
-            out += f" --pp {self.pipeline_parallel}"
-        if self.data_parallel > 1:
-            out += f" --dp {self.data_parallel}"
-        if self.expert_parallel:
-            out += " --enable-expert-parallel"
-        return out
-
-    def applied(self, d: Deployment) -> Deployment:
-        return replace(
-            d,
-            tensor_parallel=self.tensor_parallel,
-            pipeline_parallel=self.pipeline_parallel,
-            data_parallel=self.data_parallel,
-            expert_parallel=self.expert_parallel,
-        )
-
-
-def layouts(
-    arch: ModelArchitecture,
-    tensor_parallel: int | None = None,
-    pipeline_parallel: int | None = None,
-    data_parallel: int | None = None,
-) -> list[Layout]:
-    """Layouts to try, fewest GPUs first; a given size is kept as it is. Pipeline parallelism is tried across
-    nodes (TP 8 x PP stages), data parallelism for MoE models only (with expert parallelism, as vLLM serves
-    them; for a dense model DP engines are just replicas)."""
-    tps = (
-        [tensor_parallel]
-        if tensor_parallel
-        else [t for t in A.TENSOR_PARALLEL_CHOICES if not arch.num_attention_heads % t]
-    )
-    pps = [pipeline_parallel] if pipeline_parallel else [p for p in PIPELINE_PARALLEL_CHOICES if p <= arch.num_layers]
-    dps = [data_parallel] if data_parallel else list(DATA_PARALLEL_CHOICES) if arch.moe is not None else [1]
-    found = [
-        Layout(tp, pp, dp, expert_parallel=arch.moe is not None and dp > 1)
-        for tp in tps
-        for pp in pps
-        for dp in dps
-        if tp * pp * dp <= MAX_GPUS_PER_REPLICA or (tp, pp, dp) == (tps[0], pps[0], dps[0])
-        # Pipeline stages are for crossing nodes: only once TP fills one, unless the sizes were given.
-        if pp == 1 or tp == GPUS_PER_NODE or tensor_parallel or pipeline_parallel
-    ]
-    return sorted(found, key=lambda layout: (layout.gpus, layout.pipeline_parallel, layout.data_parallel))
-
-
-@dataclass(frozen=True)
-class Precision:
-    """Online fp8 for weights and/or KV cache: fewer bytes, and a change to what the model computes."""
-
-    fp8_weights: bool = False
-    fp8_kv_cache: bool = False
-
-    @property
-    def changes(self) -> tuple[str, ...]:
-        return tuple(
-            label for label, on in (("fp8 weights", self.fp8_weights), ("fp8 KV cache", self.fp8_kv_cache)) if on
-        )
-
-    @property
-    def flags(self) -> str:
-        parts = ["--quantization fp8"] * self.fp8_weights + ["--kv-cache-dtype fp8"] * self.fp8_kv_cache
-        return " ".join(parts)
-
-    def applied(self, d: Deployment) -> Deployment:
-        if self.fp8_weights:
-            d = replace(d, quantization=from_flag("fp8"))
-        if self.fp8_kv_cache:
-            d = replace(d, kv_cache_dtype="fp8")
-        return d
-
-
-def precisions(arch: ModelArchitecture, d: Deployment) -> list[Precision]:
-    """The deployment's own precision first, then fp8 where it would save bytes and the user left it open:
-    fp8 weights for a 16-bit checkpoint with no --quantization, fp8 KV for --kv-cache-dtype auto."""
-    dtype_bytes = weight_dtype_bytes(arch, d.dtype)
-    weights = d.quantization is None and arch.quantization is None and dtype_bytes >= 2
-    kv = d.kv_cache_dtype == "auto" and dtype_bytes >= 2
-    return [Precision(w, k) for w in (False, True) for k in (False, True) if (weights or not w) and (kv or not k)]
-
-
 def _suggestions(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, failed: CapacityPlan) -> list[str]:
     """What would make `d` fit, each re-planned: only changes that fit are offered."""
     out = [f"short by {format_gib(failed.shortfall_bytes)} per GPU for one request of {d.max_model_len} tokens"]
@@ -526,132 +423,3 @@ def check_inputs(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment) -> None:
             "output past its trained length is unreliable. Use --max-model-len "
             f"{arch.max_position_embeddings} or less"
         )
-
-
-@dataclass(frozen=True)
-class FleetOption:
-    plan: CapacityPlan
-    requests_per_replica: int
-    replicas: int
-    gpu_hour_price: float | None = None
-    precision: Precision = Precision()  # what the search changed from the deployment asked for
-
-    @property
-    def gpus(self) -> int:
-        return self.replicas * self.plan.num_gpus
-
-    @property
-    def cost_per_hour(self) -> float | None:
-        return None if self.gpu_hour_price is None else round(self.gpu_hour_price * self.gpus, 4)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = self.plan.deployment
-        return {
-            "gpu": self.plan.gpu,
-            "tensor_parallel": d.tensor_parallel,
-            "pipeline_parallel": d.pipeline_parallel,
-            "data_parallel": d.data_parallel,
-            "expert_parallel": d.expert_parallel,
-            "gpus_per_replica": self.plan.num_gpus,
-            "replicas": self.replicas,
-            "gpus": self.gpus,
-            "requests_per_replica": self.requests_per_replica,
-            "kv_cache_tokens_per_replica": self.plan.replica_kv_tokens,
-            "quantization": d.quantization.method if d.quantization else None,
-            "kv_cache_dtype": d.kv_cache_dtype,
-            "changes_precision": list(self.precision.changes),
-            "gpu_hour_price": self.gpu_hour_price,
-            "cost_per_hour": self.cost_per_hour,
-        }
-
-
-def requests_per_replica(result: CapacityPlan, context_tokens: int) -> int:
-    """Requests of `context_tokens` one replica holds at once: each DP engine's KV blocks, capped by its
-    max_num_seqs, times the engines."""
-    d = result.deployment
-    assert d.block_size is not None and d.max_num_batched_tokens is not None and d.max_num_seqs is not None
-    per_request = blocks_per_request(result.layout, context_tokens, d.block_size, d.max_num_batched_tokens)
-    return d.data_parallel * min(result.pool.num_blocks // per_request, d.max_num_seqs)
-
-
-def _rank(option: FleetOption) -> tuple[float, int, int, int]:
-    """Cheapest per hour when priced (unpriced after every priced one), then fewest GPUs, then the simpler
-    layout: fewer pipeline stages and engines (fewer hops), then the smaller GPU."""
-    cost = option.cost_per_hour if option.cost_per_hour is not None else math.inf
-    d = option.plan.deployment
-    return (cost, option.gpus, d.pipeline_parallel * d.data_parallel, option.plan.gpu_memory_bytes * option.gpus)
-
-
-def plan_fleet(
-    arch: ModelArchitecture,
-    gpus: list[GpuSpec],
-    deployment: Deployment,
-    concurrency: int,
-    context_tokens: int,
-    *,
-    tensor_parallel: int | None = None,
-    pipeline_parallel: int | None = None,
-    data_parallel: int | None = None,
-    gpu_hour_prices: Mapping[str, float] | None = None,
-) -> list[FleetOption]:
-    """Ways to hold `concurrency` requests of `context_tokens` each, best first.
-
-    Layouts span up to 4 nodes of 8 GPUs; a size given here is kept, the others are searched (the
-    deployment's own tensor/pipeline/data-parallel sizes are replaced by the search). Each GPU type contributes
-    its best option at the deployment's precision and, when fp8 weights or KV beat it, its best option with
-    fp8 (labelled). `gpu_hour_prices` (by GPU name) ranks by the fleet's cost per hour."""
-    if concurrency < 1 or context_tokens < 1:
-        raise PlanError("--concurrency and the tokens per request must be at least 1")
-    if deployment.max_model_len is None:
-        if context_tokens > arch.max_position_embeddings:
-            raise PlanError(
-                f"requests of {context_tokens} tokens are longer than {arch.name}'s maximum of "
-                f"{arch.max_position_embeddings} tokens (max_position_embeddings)"
-            )
-        deployment = replace(deployment, max_model_len=context_tokens)
-    elif deployment.max_model_len < context_tokens:
-        raise PlanError(f"requests of {context_tokens} tokens do not fit --max-model-len {deployment.max_model_len}")
-    prices = gpu_hour_prices or {}
-    candidates = layouts(arch, tensor_parallel, pipeline_parallel, data_parallel)
-    if data_parallel:
-        candidates = [replace(c, expert_parallel=deployment.expert_parallel) for c in candidates]
-    options: list[FleetOption] = []
-    for gpu in gpus:
-        found = []
-        for precision in precisions(arch, deployment):
-            best = _best_layout(arch, gpu, precision.applied(deployment), candidates, concurrency, context_tokens)
-            if best is not None:
-                found.append(replace(best, gpu_hour_price=prices.get(gpu.name), precision=precision))
-        asked = [o for o in found if not o.precision.changes]
-        changed = sorted((o for o in found if o.precision.changes), key=_rank)
-        options += asked
-        if changed and (not asked or _rank(changed[0]) < _rank(asked[0])):
-            options.append(changed[0])
-    return sorted(options, key=_rank)
-
-
-def _best_layout(
-    arch: ModelArchitecture,
-    gpu: GpuSpec,
-    deployment: Deployment,
-    candidates: list[Layout],
-    concurrency: int,
-    context_tokens: int,
-) -> FleetOption | None:
-    best: FleetOption | None = None
-    for layout in candidates:
-        if best is not None and layout.gpus > best.gpus:
-            break  # a replica larger than the whole best fleet cannot need fewer GPUs
-        try:
-            result = _evaluate(arch, gpu, layout.applied(deployment))
-        except PlanError:
-            continue
-        if not result.fits:
-            continue
-        per_replica = requests_per_replica(result, context_tokens)
-        if per_replica < 1:
-            continue
-        option = FleetOption(result, per_replica, math.ceil(concurrency / per_replica))
-        if best is None or _rank(option) < _rank(best):
-            best = option
-    return best

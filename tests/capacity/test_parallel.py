@@ -2,7 +2,8 @@
 
 import pytest
 
-from exporter.capacity.plan import Deployment, PlanError, check_inputs, plan, plan_fleet
+from exporter.capacity.fleet import plan_fleet
+from exporter.capacity.plan import Deployment, PlanError, check_inputs, plan
 from exporter.capacity.weights import weight_breakdown
 from exporter.catalog import find_gpu, load_model
 

@@ -4,8 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.capacity.fleet import plan_fleet
 from exporter.capacity.gpus import GpuSpec
-from exporter.capacity.plan import Deployment, PlanError, plan, plan_fleet
+from exporter.capacity.plan import Deployment, PlanError, plan
 from exporter.catalog import find_gpu, gpu_presets, load_model
 
 GIB = 1024**3
