@@ -51,6 +51,29 @@ class VisionTower:
 
 
 @dataclass(frozen=True)
+class RopeScaling:
+    """A config.json's rope_scaling, as far as the longest context the engines accept depends on it."""
+
+    rope_type: str
+    factor: float
+    original_max_position_embeddings: int | None  # YaRN's trained length, from rope_scaling itself
+
+
+@dataclass(frozen=True)
+class ContextLimit:
+    """The longest --max-model-len an engine accepts without its override variable, and how it follows from
+    the config (for the error that refuses a longer one)."""
+
+    tokens: int
+    derivation: str
+
+
+# RoPE types whose factor does not lengthen the context vLLM accepts: their max_position_embeddings already is the
+# extended length (Llama 3.1's "llama3": 8192 x 8 = 131072 is declared as 131072; Phi-3's LongRoPE).
+_VLLM_UNSCALED_ROPE_TYPES = frozenset({"su", "longrope", "llama3"})
+
+
+@dataclass(frozen=True)
 class ModelArchitecture:
     name: str
     source: str
@@ -72,10 +95,37 @@ class ModelArchitecture:
     mla: MLA | None = None
     quantization: Quantization | None = None
     vision: VisionTower | None = None
+    rope_scaling: RopeScaling | None = None
 
     @property
     def is_hybrid(self) -> bool:
         return SLIDING in self.layer_types and FULL in self.layer_types
+
+    def context_limit(self, engine: str) -> ContextLimit:
+        """The longest context `engine` accepts for this model, which is also its default --max-model-len.
+
+        vLLM (`_get_and_verify_max_len` in vllm/config/model.py, vllm-project/vllm) multiplies the length by
+        rope_scaling's factor unless the RoPE type is "su", "longrope" or "llama3", and for YaRN starts from
+        rope_scaling's original_max_position_embeddings instead of max_position_embeddings. SGLang
+        (`get_context_length` in python/sglang/srt/hf_transformers_utils.py, sgl-project/sglang) applies the
+        factor only when rope_scaling names no original_max_position_embeddings and is not "llama3", so a YaRN
+        model keeps max_position_embeddings there.
+        """
+        plain = ContextLimit(self.max_position_embeddings, f"max_position_embeddings {self.max_position_embeddings}")
+        rope = self.rope_scaling
+        if rope is None:
+            return plain
+        base, declared = plain.tokens, plain.derivation
+        if engine == "sglang":
+            scales = rope.original_max_position_embeddings is None and rope.rope_type != "llama3"
+        else:
+            scales = rope.rope_type not in _VLLM_UNSCALED_ROPE_TYPES
+            if scales and rope.rope_type == "yarn" and rope.original_max_position_embeddings is not None:
+                base = rope.original_max_position_embeddings
+                declared = f"original_max_position_embeddings {base}"
+        if not scales or (rope.factor == 1 and base == plain.tokens):
+            return plain
+        return ContextLimit(int(base * rope.factor), f"{declared} x {rope.rope_type} factor {rope.factor:g}")
 
 
 # Keys that transformers' config classes default and published config.json files therefore omit
@@ -214,6 +264,23 @@ def _ties_by_default(config: dict[str, Any]) -> bool:
     return str(config.get("model_type", "")).startswith("gemma")
 
 
+def _rope_scaling(config: dict[str, Any]) -> RopeScaling | None:
+    rope = config.get("rope_scaling") or config.get("rope_parameters")  # transformers >= 5 renames it
+    if isinstance(rope, dict) and rope and all(isinstance(v, dict) for v in rope.values()):
+        rope = next(iter(rope.values()))  # per layer type (transformers >= 5); engines assume one factor for all
+    if not isinstance(rope, dict):
+        return None
+    if str(config.get("model_type", "")).startswith("gemma3"):
+        # Gemma 3 declares its max_position_embeddings with the factor applied; vLLM skips it for that reason.
+        return None
+    original = rope.get("original_max_position_embeddings")
+    return RopeScaling(
+        rope_type=str(rope.get("rope_type") or rope.get("type") or "default"),
+        factor=float(rope.get("factor") or 1),
+        original_max_position_embeddings=int(original) if original else None,
+    )
+
+
 def from_hf_config(config: dict[str, Any], source: str, name: str | None = None) -> ModelArchitecture:
     """Read a config.json dictionary; `source` names the file in every error."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
@@ -269,4 +336,5 @@ def from_hf_config(config: dict[str, Any], source: str, name: str | None = None)
         mla=mla,
         quantization=quantization,
         vision=_vision(config),
+        rope_scaling=_rope_scaling(body),
     )

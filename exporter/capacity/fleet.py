@@ -90,10 +90,11 @@ def plan_fleet(
     if concurrency < 1 or context_tokens < 1:
         raise PlanError("--concurrency and the tokens per request must be at least 1")
     if deployment.max_model_len is None:
-        if context_tokens > arch.max_position_embeddings:
+        limit = arch.context_limit(deployment.engine)
+        if context_tokens > limit.tokens:
             raise PlanError(
-                f"requests of {context_tokens} tokens are longer than {arch.name}'s maximum of "
-                f"{arch.max_position_embeddings} tokens (max_position_embeddings)"
+                f"requests of {context_tokens} tokens are longer than {arch.name}'s maximum of {limit.tokens} "
+                f"tokens ({limit.derivation})"
             )
         deployment = replace(deployment, max_model_len=context_tokens)
     elif deployment.max_model_len < context_tokens:

@@ -167,7 +167,7 @@ def resolve(deployment: Deployment, arch: ModelArchitecture, gpu: GpuSpec) -> De
     if not 0 < utilization <= 1:
         raise PlanError(f"--gpu-memory-utilization {utilization} is not a ratio in (0, 1]")
     large = gpu.memory_bytes >= A.VLLM_LARGE_GPU_BYTES and not gpu.is_a100
-    max_model_len = d.max_model_len or arch.max_position_embeddings
+    max_model_len = d.max_model_len or arch.context_limit(d.engine).tokens
     batched = d.max_num_batched_tokens or (A.VLLM_BATCHED_TOKENS_LARGE_GPU if large else A.VLLM_BATCHED_TOKENS)
     v0 = d.vllm_version is not None and d.vllm_version < A.VLLM_V1_SINCE
     if v0 and d.max_num_batched_tokens is None and max_model_len <= A.VLLM_V0_CHUNKED_PREFILL_ABOVE:
@@ -413,13 +413,13 @@ def check_inputs(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment) -> None:
         raise PlanError("--vllm-version models an older vLLM; drop it with --engine sglang")
     if d.expert_parallel and arch.moe is None:
         raise PlanError(f"--enable-expert-parallel: {arch.name} has no MoE experts to split; drop the flag")
-    if d.max_model_len is not None and d.max_model_len > arch.max_position_embeddings:
+    limit = arch.context_limit(d.engine)
+    if d.max_model_len is not None and d.max_model_len > limit.tokens:
         override = (
             "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" if d.engine == "sglang" else "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
         )
         raise PlanError(
-            f"--max-model-len {d.max_model_len} is above {arch.name}'s maximum of {arch.max_position_embeddings} "
-            f"tokens (max_position_embeddings); {d.engine} refuses it unless {override} is set, and the model's "
-            "output past its trained length is unreliable. Use --max-model-len "
-            f"{arch.max_position_embeddings} or less"
+            f"--max-model-len {d.max_model_len} is above {arch.name}'s maximum of {limit.tokens} tokens "
+            f"({limit.derivation}); {d.engine} refuses it unless {override} is set, and the model's "
+            f"output past its trained length is unreliable. Use --max-model-len {limit.tokens} or less"
         )
