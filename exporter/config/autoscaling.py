@@ -1,0 +1,127 @@
+"""The `autoscaling` section: the workloads scaled on the replicas their demand needs, and how demand is read."""
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from exporter.config.model import AutoscalingConfig, ScaledWorkload
+from exporter.config.reader import Reader
+from exporter.config.validators import (
+    one_of,
+    shown,
+    text_value,
+    validate_duration,
+    validate_positive_int,
+    validate_ratio,
+    validate_url,
+)
+
+_AUTOSCALING_FIELDS = ("prometheus", "margin", "demand_window", "overprovisioned_for", "workloads")
+_WORKLOAD_FIELDS = (
+    "model",
+    "kind",
+    "name",
+    "namespace",
+    "min_replicas",
+    "max_replicas",
+    "startup",
+    "knee_concurrency",
+)
+WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+# A Kubernetes object name (DNS-1123 subdomain) and namespace (DNS-1123 label).
+_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _model_label(value: Any) -> str:
+    """A `model` label value, written inside a PromQL string: no quote or backslash."""
+    text = text_value("the model label its engine series carry, such as meta-llama/Llama-3.1-8B-Instruct")(value)
+    if not text or any(c in text for c in '"\\\n'):
+        raise ValueError(f"{shown(text)} must be a non-empty model label without quotes, backslashes or newlines")
+    return text
+
+
+def _kubernetes_name(pattern: re.Pattern[str], what: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        text = text_value(what)(value)
+        if not pattern.match(text):
+            raise ValueError(f"{shown(text)} is not {what} (lowercase letters, digits and '-')")
+        return text
+
+    return check
+
+
+def _workload(r: Reader, raw: Any, path: str) -> ScaledWorkload | None:
+    data = r.mapping(raw, path)
+    r.unknown(data, path, _WORKLOAD_FIELDS)
+    p = f"{path}."
+    for key in ("model", "name", "namespace", "max_replicas"):
+        if data.get(key) is None:
+            r.fail(f"{p}{key}", "missing (every workload needs model, name, namespace and max_replicas)")
+    model = r.convert(data, "model", p, _model_label, None)
+    name = r.convert(data, "name", p, _kubernetes_name(_OBJECT_NAME, "a Kubernetes object name"), None)
+    namespace = r.convert(data, "namespace", p, _kubernetes_name(_NAMESPACE, "a Kubernetes namespace"), None)
+    # At least 1: an HPA cannot scale to zero (without a feature gate), and an LLM replica takes minutes to start.
+    min_replicas = r.convert(data, "min_replicas", p, validate_positive_int, 1)
+    max_replicas = r.convert(data, "max_replicas", p, validate_positive_int, None)
+    if max_replicas is not None and min_replicas > max_replicas:
+        r.fail(f"{p}min_replicas", f"{min_replicas} is above max_replicas {max_replicas}")
+    workload = ScaledWorkload(
+        model=model,
+        kind=r.convert(data, "kind", p, one_of(WORKLOAD_KINDS), "Deployment"),
+        name=name,
+        namespace=namespace,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        startup_seconds=r.convert(data, "startup", p, validate_duration, 300.0),
+        knee_concurrency=r.convert(data, "knee_concurrency", p, validate_positive_int, None),
+    )
+    return None if None in (model, name, namespace, max_replicas) else workload
+
+
+def _workloads(r: Reader, raw: Any, demand_window_seconds: float) -> tuple[ScaledWorkload, ...]:
+    path = "autoscaling.workloads"
+    if not isinstance(raw, list) or not raw:
+        r.fail(path, "expected a list of at least one workload (model, kind, name, namespace, max_replicas, ...)")
+        return ()
+    found: list[ScaledWorkload] = []
+    objects: dict[tuple[str, str, str], str] = {}
+    models: dict[str, str] = {}
+    for i, entry in enumerate(raw):
+        where = f"{path}[{i}]"
+        workload = _workload(r, entry, where)
+        if workload is None:
+            continue
+        key = (workload.namespace, workload.kind, workload.name)
+        if key in objects:
+            r.fail(f"{where}.name", f"{workload.kind} {workload.namespace}/{workload.name} is also {objects[key]}")
+        elif workload.model in models:
+            # Demand is summed per model label: two workloads of one model could not be told apart.
+            r.fail(f"{where}.model", f"{workload.model!r} is also the model of {models[workload.model]}")
+        if workload.startup_seconds > demand_window_seconds:
+            r.fail(
+                f"{where}.startup",
+                f"{workload.startup_seconds:g}s is longer than autoscaling.demand_window "
+                f"({demand_window_seconds:g}s): the peak would be forgotten before a new replica serves; "
+                "lengthen demand_window",
+            )
+        objects.setdefault(key, where)
+        models.setdefault(workload.model, where)
+        found.append(workload)
+    return tuple(found)
+
+
+def parse_autoscaling(r: Reader, raw: Any) -> AutoscalingConfig | None:
+    if raw is None:
+        return None
+    data = r.mapping(raw, "autoscaling")
+    r.unknown(data, "autoscaling", _AUTOSCALING_FIELDS)
+    p = "autoscaling."
+    demand_window = r.convert(data, "demand_window", p, validate_duration, 600.0)
+    return AutoscalingConfig(
+        prometheus=r.convert(data, "prometheus", p, validate_url, None),
+        margin=r.convert(data, "margin", p, validate_ratio, 0.8),
+        demand_window_seconds=demand_window,
+        overprovisioned_for_seconds=r.convert(data, "overprovisioned_for", p, validate_duration, 86400.0),
+        workloads=_workloads(r, data.get("workloads"), demand_window),
+    )

@@ -1,0 +1,121 @@
+"""Reading the config, the web config and file_sd files safely: a size cap, ${ENV} expansion, and YAML with no
+tags that build objects and no aliases that expand without bound."""
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter.config.model import ConfigError
+
+MAX_CONFIG_BYTES = 1024 * 1024
+# Nodes that YAML aliases may add beyond what a document spells out. Anchors that share a deployment block
+# between targets add tens; "billion laughs" (anchors of lists of aliases of anchors...) adds 10**9 from a few
+# hundred bytes. PyYAML builds aliased values by reference, so the bomb only goes off when something walks the
+# result (validation, a message quoting a value): counting the expansion on the composed node graph, where each
+# anchor is one node, refuses it in microseconds before anything is built.
+MAX_ALIAS_EXPANSION = 100_000
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(text: str, environ: Mapping[str, str], problems: list[str], where: str) -> str:
+    """${NAME} and ${NAME:-default}; an unset variable without a default is an error, not an empty string."""
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in environ:
+            return environ[name]
+        if default is not None:
+            return default
+        problems.append(f"{where}: environment variable {name} is not set (use ${{{name}:-default}} for a default)")
+        return ""
+
+    return _ENV.sub(substitute, text)
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's message without its snippet of the document: that line may hold a secret."""
+    if not isinstance(error, yaml.MarkedYAMLError):
+        return " ".join(str(error).split())  # a reader error: the character and its position, on one line
+    mark = error.problem_mark or error.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    context = f" ({error.context})" if error.context else ""
+    return f"{where}{error.problem}{context}"
+
+
+def _expanded_nodes(root: yaml.Node) -> tuple[int, int]:
+    """(nodes the document spells out, nodes it holds once every alias is expanded), counted on the node graph
+    in time linear in its size; an alias inside the collection it names is refused (it expands without end)."""
+    sizes: dict[int, int] = {}
+    open_collections: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_collections:
+            raise ValueError("an alias refers to the collection that contains it")
+        open_collections.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                total += size(item)
+        elif isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                total += size(key_node) + size(value_node)
+        open_collections.discard(key)
+        sizes[key] = total
+        return total
+
+    expanded = size(root)
+    return len(sizes), expanded
+
+
+def _document(text: str) -> Any:
+    # Not libyaml's CSafeLoader, though it composes three times faster: its recursive composer overflows the C
+    # stack on a few hundred kilobytes of "[[[[..." and the process dies; Python's raises RecursionError.
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        spelled_out, expanded = _expanded_nodes(node)
+        if expanded - spelled_out > MAX_ALIAS_EXPANSION:
+            raise ValueError(
+                f"aliases expand this document to {expanded:,} values from {spelled_out:,} written "
+                f"(at most {MAX_ALIAS_EXPANSION:,} more are allowed)"
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """One YAML document, safely: no tags that build objects, and no aliases that expand without bound."""
+    try:
+        return _document(text)
+    except yaml.YAMLError as error:
+        raise ConfigError([f"{source}: not valid YAML: {_yaml_problem(error)}"]) from None
+    except ValueError as error:  # too many aliases, or a value the constructor rejects (2001-13-01)
+        raise ConfigError([f"{source}: not usable YAML: {error}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{source}: not usable YAML: nested too deeply"]) from None
+
+
+def read_config_text(path: str | Path, what: str = "config file") -> str:
+    """The text of the config, a web config or a file_sd file, refused past MAX_CONFIG_BYTES without reading
+    further: each is a few kilobytes, and a daemon that re-reads files must not load whatever lands there."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as error:
+        raise ConfigError([f"{path}: cannot read the {what} ({error.strerror})"]) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{path}: over 1 MiB; a {what} is a few kilobytes (is this the right file?)"])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError([f"{path}: not UTF-8 text (byte {error.start})"]) from None

@@ -1,0 +1,47 @@
+"""The `pricing` section: the price of one GPU-hour by GPU type, for the cost series."""
+
+from typing import Any
+
+from exporter.catalog import gpu_presets
+from exporter.config.reader import Reader
+from exporter.config.validators import (
+    shown,
+    validate_number,
+)
+from exporter.units import value_kind
+
+_NVML_NAME_PREFIXES = ("NVIDIA ", "Tesla ", "Quadro ")
+
+
+def _gpu_hour_prices(value: Any) -> tuple[tuple[str, float], ...]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a map of GPU type to price per GPU-hour (H100-80GB: 2.49), got {value_kind(value)}")
+    problems, prices = [], []
+    for gpu, price in value.items():
+        if not isinstance(gpu, str) or not gpu.strip():
+            problems.append(f"{shown(gpu)} is not a GPU type (a preset or NVML product name)")
+            continue
+        if not gpu.startswith(_NVML_NAME_PREFIXES) and not any(preset.matches(gpu) for preset in gpu_presets()):
+            # A typo here would silently leave every GPU of that type unpriced (no cost series at all).
+            problems.append(
+                f"{gpu}: neither a GPU preset (`plimsoll plan --list-gpus`) nor an NVML product name "
+                "(as `nvidia-smi -L` shows it, e.g. NVIDIA A40)"
+            )
+            continue
+        try:
+            number = validate_number(price, "a price per GPU-hour")
+        except ValueError as error:
+            problems.append(f"{gpu}: {error}")
+            continue
+        if number <= 0:
+            problems.append(f"{gpu}: {shown(price)} is not a price (more than 0 per GPU-hour)")
+        prices.append((gpu, number))
+    if problems:
+        raise ValueError("; ".join(problems))
+    return tuple(sorted(prices))
+
+
+def parse_pricing(r: Reader, raw: Any) -> tuple[tuple[str, float], ...]:
+    data = r.mapping(raw, "pricing")
+    r.unknown(data, "pricing", ("gpu_hour",))
+    return r.convert(data, "gpu_hour", "pricing.", _gpu_hour_prices, ())

@@ -1,0 +1,160 @@
+"""Checks of one field's value: each takes what YAML gave and returns the value to use, or raises ValueError
+saying what was expected (the Reader adds the file and the field path)."""
+
+import math
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from exporter.config.model import DEFAULT_PORT
+from exporter.units import parse_duration, value_kind
+
+_SHOWN_CHARS = 80  # of a bad value quoted in a message: a 1 MiB label value is not repeated whole
+
+
+def redact_url(url: str) -> str:
+    """The URL fit to show: everything between the scheme and the last "@" masked. That is the userinfo, and also
+    a password holding an unescaped "/" or "#", which a URL parser reads as the start of the path."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    else:
+        scheme += separator
+    if "@" not in rest:
+        return url
+    return f"{scheme}***@{rest.rpartition('@')[2]}"
+
+
+def shown(value: Any) -> str:
+    """A bad value as a message quotes it: repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}...'"
+
+
+def validate_number(value: Any, what: str) -> float:
+    """A finite number, written as a number or as text; `what` names it in the message."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"expected {what}, got {value_kind(value)}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{shown(value)} is not {what}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{shown(value)} is not {what}")
+    return number
+
+
+def validate_ratio(value: Any) -> float:
+    """More than 0 and at most 1; 99 is a mistake for 0.99, and the message says so."""
+    number = validate_number(value, "a ratio between 0 and 1")
+    if not 0 < number <= 1:
+        hint = f" (did you mean {number / 100:g}?)" if 1 < number <= 100 else ""
+        raise ValueError(f"{value} is not a ratio between 0 and 1{hint}")
+    return number
+
+
+def validate_request_count(value: Any) -> float:
+    """A number of requests, 0 or more."""
+    number = validate_number(value, "a number of requests")
+    if number < 0:
+        raise ValueError(f"{shown(value)} is not a number of requests (0 or more)")
+    return number
+
+
+def validate_positive_int(value: Any) -> int:
+    """A whole number of 1 or more; 2.0 is fine, 2.5 is not."""
+    number = validate_number(value, "a positive integer")
+    if number != int(number) or number < 1:
+        raise ValueError(f"{shown(value)} is not a positive integer")
+    return int(number)
+
+
+def validate_duration(value: Any) -> float:
+    """A duration longer than zero, with its unit (5s, 500ms, 1h30m)."""
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"{value!r} must be longer than zero")
+    return seconds
+
+
+_BOOLEAN_WORDS = {"true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
+
+
+def validate_boolean(value: Any) -> bool:
+    """YAML's true/false, and the words people quote ("off"): a quoted string must not count as true."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _BOOLEAN_WORDS:
+        return _BOOLEAN_WORDS[value.strip().lower()]
+    raise ValueError(f"expected true or false (or on/off, yes/no), got {shown(value)}")
+
+
+def text_value(what: str) -> Callable[[Any], str]:
+    """A scalar written as text; numbers are fine (a name of 7), collections and booleans are a mistake."""
+
+    def check(value: Any) -> str:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError(f"expected {what}, got {value_kind(value)}")
+        return str(value)
+
+    return check
+
+
+def validate_url(value: Any) -> str:
+    """An http(s) URL without credentials; a message about a bad one never repeats a password."""
+    text = text_value("a URL such as http://127.0.0.1:8000/metrics")(value)
+    not_a_url = ValueError(f"{shown(redact_url(text))} is not a URL (expected http://host:port/path)")
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except ValueError:
+        raise not_a_url from None
+    if "@" in parts.netloc:
+        raise ValueError(
+            "credentials in the URL would show in labels and logs; use basic_auth.password_file or bearer_token_file"
+        )
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise not_a_url
+    return text
+
+
+def validate_listen(value: Any) -> str:
+    """host:port (or a bare port: every interface) to serve on."""
+    text = text_value(f"host:port such as 0.0.0.0:{DEFAULT_PORT}")(value)
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536 or any(c in host for c in "/@ "):
+        raise ValueError(f"{shown(text)} is not host:port (e.g. 0.0.0.0:{DEFAULT_PORT})")
+    return text if host else f"0.0.0.0:{port}"
+
+
+def one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
+    """A check that the value is one of `options`, exactly."""
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value not in options:
+            raise ValueError(f"{shown(value)} is not one of {', '.join(options)}")
+        return value
+
+    return check
+
+
+def readable_file(base: Path, what: str) -> Callable[[Any], str]:
+    """A path relative to the config file's directory, checked now so a typo is named at load, not at the first
+    poll. Only the path is ever shown: the file holds a secret."""
+
+    def check(value: Any) -> str:
+        path = base / text_value(f"the path of {what}")(value)
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as error:
+            raise ValueError(f"cannot read {path}: {error.strerror}") from None
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{path} is not a regular file")
+        if not os.access(path, os.R_OK):
+            raise ValueError(f"{path} is not readable by this user")
+        return str(path)
+
+    return check
