@@ -72,9 +72,17 @@ def gpu_presets() -> tuple[GpuSpec, ...]:
             memory_bytes=parse_size(e["memory"]),
             aliases=tuple(str(alias) for alias in e.get("aliases", ())),
             evidence=e.get("evidence", ""),
+            compute_capability=_compute_capability(e.get("compute_capability")),
         )
         for e in entries
     )
+
+
+def _compute_capability(value: object) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    major, minor = str(value).split(".")
+    return int(major), int(minor)
 
 
 def _closest(wanted: str, names: list[str]) -> str:

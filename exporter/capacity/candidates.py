@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from exporter.capacity import assumptions as A
 from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.gpus import Fp8Weights, GpuSpec
 from exporter.capacity.quantization import from_flag
 from exporter.capacity.weights import weight_dtype_bytes
 
@@ -91,11 +92,15 @@ class Precision:
 
     fp8_weights: bool = False
     fp8_kv_cache: bool = False
+    # How the GPU runs fp8 weights: with fp8 arithmetic, or stored in fp8 and multiplied in 16-bit (Marlin).
+    weights_path: Fp8Weights = Fp8Weights.HARDWARE
 
     @property
     def changes(self) -> tuple[str, ...]:
         return tuple(
-            label for label, on in (("fp8 weights", self.fp8_weights), ("fp8 KV cache", self.fp8_kv_cache)) if on
+            label
+            for label, on in ((self.weights_path.value, self.fp8_weights), ("fp8 KV cache", self.fp8_kv_cache))
+            if on
         )
 
     @property
@@ -111,10 +116,12 @@ class Precision:
         return d
 
 
-def precisions(arch: ModelArchitecture, d: Deployment) -> list[Precision]:
-    """The deployment's own precision first, then fp8 where it would save bytes and the user left it open:
-    fp8 weights for a 16-bit checkpoint with no --quantization, fp8 KV for --kv-cache-dtype auto."""
+def precisions(arch: ModelArchitecture, d: Deployment, gpu: GpuSpec) -> list[Precision]:
+    """The deployment's own precision first, then fp8 where it would save bytes, the user left it open and the GPU
+    runs it: fp8 weights for a 16-bit checkpoint with no --quantization (weight-only on GPUs without fp8
+    arithmetic), fp8 KV for --kv-cache-dtype auto on GPUs with fp8 arithmetic."""
     dtype_bytes = weight_dtype_bytes(arch, d.dtype)
-    weights = d.quantization is None and arch.quantization is None and dtype_bytes >= 2
-    kv = d.kv_cache_dtype == "auto" and dtype_bytes >= 2
-    return [Precision(w, k) for w in (False, True) for k in (False, True) if (weights or not w) and (kv or not k)]
+    path = gpu.fp8_weights
+    weights = d.quantization is None and arch.quantization is None and dtype_bytes >= 2 and path != Fp8Weights.NONE
+    kv = d.kv_cache_dtype == "auto" and dtype_bytes >= 2 and gpu.fp8_kv_cache
+    return [Precision(w, k, path) for w in (False, True) for k in (False, True) if (weights or not w) and (kv or not k)]

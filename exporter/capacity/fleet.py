@@ -106,7 +106,7 @@ def plan_fleet(
     options: list[FleetOption] = []
     for gpu in gpus:
         found = []
-        for precision in precisions(arch, deployment):
+        for precision in precisions(arch, deployment, gpu):
             best = _best_layout(arch, gpu, precision.applied(deployment), candidates, concurrency, context_tokens)
             if best is not None:
                 found.append(replace(best, gpu_hour_price=prices.get(gpu.name), precision=precision))

@@ -341,7 +341,7 @@ def _suggestions(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, failed: C
         if _fits(arch, gpu, replace(d, tensor_parallel=tp)):
             fixes.append(f"--tp {tp} fits")
             break
-    for precision in precisions(arch, d)[1:]:
+    for precision in precisions(arch, d, gpu)[1:]:
         if _fits(arch, gpu, precision.applied(d)):
             fixes.append(f"{precision.flags} fits (changes precision: {', '.join(precision.changes)})")
             break
@@ -363,7 +363,7 @@ def _suggestions(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, failed: C
 def _larger_layouts(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment) -> list[str]:
     """The smallest layout beyond one node's TP that fits: pipeline stages across nodes, and for MoE models
     data-parallel engines with expert parallelism; at the deployment's precision, else with fp8."""
-    for precision in precisions(arch, d):
+    for precision in precisions(arch, d, gpu):
         found: list[str] = []
         for kind in ("pp", "dp"):
             for layout in layouts(arch):
