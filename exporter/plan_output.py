@@ -46,12 +46,12 @@ def plan_table(result: CapacityPlan) -> str:
         )
         requests = f"{result.pool.max_concurrency * d.data_parallel:.2f} requests of {d.max_model_len} tokens at once"
     low, high = kv_cache_tokens_range(result)
-    tail = [
-        "",
-        f"{verdict}: {tokens}, {requests}",
-        f"  likely {low:,} to {high:,} KV tokens per engine: how far each estimated term missed in real vLLM logs "
-        '(README "Model accuracy")',
-    ]
+    tail = ["", f"{verdict}: {tokens}, {requests}"]
+    if high > 0:  # a pool that cannot hold a block even at the high end has no range worth reading
+        tail.append(
+            f"  likely {low:,} to {high:,} KV tokens per engine: how far each estimated term missed in real vLLM "
+            'logs (README "Model accuracy")'
+        )
     tail += [f"  - {s}" for s in result.suggestions]
     return "\n".join(head + rows + tail)
 

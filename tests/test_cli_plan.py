@@ -205,3 +205,9 @@ def test_a_given_kv_pool_size_is_not_an_estimate_so_its_range_is_one_figure(caps
     assert main(["plan", "--model", "llama-3.1-8b", "--kv-cache-memory", "20GiB", "--format", "json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["kv_cache_tokens_range"] == [answer["kv_cache_tokens"]] * 2
+
+
+def test_a_plan_with_no_kv_pool_at_all_prints_no_range_line(capsys):
+    assert main(["plan", "--model", "llama-3.1-70b", "--gpu", "L40S", "--max-model-len", "32768"]) == 0
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT: 0 KV tokens" in out and "likely" not in out
