@@ -12,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from exporter import __version__
-from exporter.snapshot import FAILURE_REASONS, InstanceState, Snapshot, TargetState
+from exporter.snapshot import FAILURE_REASONS, InstanceState, Snapshot, TargetState, process_owner
 
 ENGINE_LABELS = ["target", "engine", "model", "dp_rank"]
 
@@ -155,14 +155,6 @@ def _gpu_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | InfoMetric
     yield GaugeMetricFamily("plimsoll_nvml_up", "1 when the last NVML read succeeded.", value=1.0 if nvml.up else 0.0)
     if not nvml.up:
         return
-    # The fallback for a process the daemon could not attribute: the only target on its GPU, by configuration
-    # (its `gpus`, or the sole target), not by attribution, which would pass one process's target to a co-tenant.
-    owners: dict[str, list[str]] = {}
-    for state in snapshot.targets:
-        if state.target.gpus is None and len(snapshot.targets) > 1:
-            continue
-        for index in state.gpus:
-            owners.setdefault(index, []).append(state.target.name)
     info = InfoMetricFamily("plimsoll_gpu", "GPU identity.", labels=["gpu", "uuid", "name", "driver_version"])
     memory: dict[str, tuple[str, Callable[..., float | None]]] = {
         "total": ("Total GPU memory (NVML memory info v2).", lambda g: g.total_bytes),
@@ -188,9 +180,8 @@ def _gpu_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | InfoMetric
         info.add_metric([gpu.index, gpu.uuid, gpu.name, nvml.driver_version or ""], {})
         for key, (_, value) in memory.items():
             _put(families[key], [gpu.index, gpu.uuid], value(gpu))
-        target = owners.get(gpu.index, [])
         for proc in gpu.processes:
-            owner = snapshot.process_targets.get(proc.pid) or (target[0] if len(target) == 1 else "")
+            owner = process_owner(snapshot, gpu.index, proc.pid) or ""
             _put(process, [gpu.index, str(proc.pid), owner], proc.used_bytes)
         _put(unexplained, [gpu.index], snapshot.vram_unexplained_bytes.get(gpu.index))
     yield info

@@ -77,3 +77,19 @@ class Snapshot:
 
 
 EMPTY = Snapshot(taken_at=0.0, ready=False, nvml=None, targets=())
+
+
+def process_owner(snapshot: Snapshot, gpu_index: str, pid: int) -> str | None:
+    """The target a GPU process belongs to, for every renderer: the one the daemon attributed its PID to, else the
+    only target configured on that GPU (its `gpus`, or the sole target). A target that is on the GPU only because
+    another of its processes was attributed there does not count: that would pass it a co-tenant. None when neither
+    says."""
+    attributed = snapshot.process_targets.get(pid)
+    if attributed:
+        return attributed
+    configured = [
+        state.target.name
+        for state in snapshot.targets
+        if gpu_index in state.gpus and (state.target.gpus is not None or len(snapshot.targets) == 1)
+    ]
+    return configured[0] if len(configured) == 1 else None

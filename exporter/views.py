@@ -9,7 +9,7 @@ from importlib import resources
 from typing import Any
 
 from exporter import status_format
-from exporter.snapshot import InstanceState, Snapshot, TargetState
+from exporter.snapshot import InstanceState, Snapshot, TargetState, process_owner
 from exporter.sources.engines.base import EngineReading
 
 ENGINE_SILENT = "engine does not report it"
@@ -123,13 +123,6 @@ def _target_dict(state: TargetState) -> dict[str, Any]:
     }
 
 
-def _owner(snapshot: Snapshot, gpu: str, pid: int) -> str | None:
-    """The target a GPU process belongs to: by its PID where the daemon matched it, else the GPU's only target (as
-    plimsoll_gpu_process_memory_bytes' `target` label has it); None when neither says."""
-    on_gpu = [t.target.name for t in snapshot.targets if gpu in t.gpus]
-    return snapshot.process_targets.get(pid) or (on_gpu[0] if len(on_gpu) == 1 else None)
-
-
 def state_dict(snapshot: Snapshot) -> dict[str, Any]:
     nvml = snapshot.nvml
     return {
@@ -155,7 +148,7 @@ def state_dict(snapshot: Snapshot) -> dict[str, Any]:
                         {
                             "pid": p.pid,
                             "used_bytes": p.used_bytes,
-                            "target": _owner(snapshot, g.index, p.pid),
+                            "target": process_owner(snapshot, g.index, p.pid),
                         }
                         for p in g.processes
                     ],

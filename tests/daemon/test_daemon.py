@@ -181,6 +181,13 @@ def _process_labels(other: Target) -> tuple[dict, dict]:
     families = text_string_to_metric_families(generate_latest(registry).decode())
     (family,) = (f for f in families if f.name == "plimsoll_gpu_process_memory_bytes")
     labels = {(s.labels["gpu"], s.labels["pid"]): s.labels["target"] for s in family.samples}
+    # /api/v1/state and the status page name the same owner, null where the label is "".
+    shown = {
+        (gpu["gpu"], str(process["pid"])): process["target"] or ""
+        for gpu in state_dict(snapshot)["nvml"]["gpus"]
+        for process in gpu["processes"]
+    }
+    assert shown == labels, "the state and /metrics disagree on which target a GPU process belongs to"
     return labels, {state.target.name: state.gpus for state in snapshot.targets}
 
 
