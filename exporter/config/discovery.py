@@ -7,14 +7,7 @@ from typing import Any
 from exporter.config.loading import load_yaml
 from exporter.config.model import ENGINE_NAMES, ConfigError, KubernetesDiscovery, Target
 from exporter.config.reader import Reader
-from exporter.config.validators import (
-    one_of,
-    shown,
-    text_value,
-    validate_boolean,
-    validate_duration,
-    validate_url,
-)
+from exporter.config.validators import one_of, shown, text_value, validate_boolean, validate_duration, validate_url
 from exporter.units import value_kind
 
 # Ports the engines listen on by default: vLLM/NIM/TGI-docker 8000, SGLang 30000, Triton metrics 8002,

@@ -4,10 +4,7 @@ from typing import Any
 
 from exporter.catalog import gpu_presets
 from exporter.config.reader import Reader
-from exporter.config.validators import (
-    shown,
-    validate_number,
-)
+from exporter.config.validators import shown, validate_number
 from exporter.units import value_kind
 
 _NVML_NAME_PREFIXES = ("NVIDIA ", "Tesla ", "Quadro ")

@@ -5,12 +5,8 @@ from typing import Any
 
 from exporter.config.model import SloConfig
 from exporter.config.reader import Reader
-from exporter.config.validators import (
-    validate_duration,
-    validate_ratio,
-)
-
-SLO_NAMES = ("ttft", "itl", "e2e")
+from exporter.config.validators import validate_duration, validate_ratio
+from exporter.slo import SLO_NAMES
 
 
 def parse_slos(r: Reader, raw: Any) -> tuple[SloConfig, ...]:
