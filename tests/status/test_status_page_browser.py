@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.status.browser import NoBrowser, headless_chromium, install
 from tests.status.conftest import Fleet
+from tests.support.browser import chromium_or_skip, fetched
 from tests.support.prometheus import http
 
 UPDATE_TIMEOUT_SECONDS = 15  # the page refreshes every 3 s and the daemon polls every 0.5 s
@@ -23,11 +23,7 @@ ROWS = (
 
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        install()
-    except NoBrowser as why:
-        pytest.skip(f"no browser on this machine: {why}")
-    with headless_chromium() as driver:
+    with chromium_or_skip() as driver:
         yield driver
 
 
@@ -56,8 +52,8 @@ def test_the_page_shows_each_targets_row_and_fetches_only_the_daemons_state(brow
         "return document.querySelector('tr[data-target=\"vllm-tiny\"] svg.spark polyline').getAttribute('points');"
     )
     assert len(sparkline.split()) >= 2, "the KV usage history is drawn"
-    fetched = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name);")
-    assert fetched and set(fetched) == {fleet.daemon.url + "/api/v1/state"}, fetched
+    urls = fetched(browser)
+    assert urls and set(urls) == {fleet.daemon.url + "/api/v1/state"}, urls
 
 
 def test_the_page_follows_the_engines_kv_usage_without_reloading(browser, fleet):

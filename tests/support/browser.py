@@ -1,8 +1,8 @@
 """Debian's chromium, headless, driven by selenium, with every fetch off loopback refused: the browser for the status
-page's tests and for the README's screenshot (bench/screenshot_status.py).
+page's and the load-test report's tests, and for the README's screenshot (deploy/local/screenshot_status.py).
 
 Every request but those to 127.0.0.1 goes to a proxy that is a socket bound and never listening, so it fails at once
-instead of reaching the network; what the page did fetch is in `performance.getEntriesByType('resource')`.
+instead of reaching the network; what a page did fetch is `fetched(driver)`.
 """
 
 import contextlib
@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
@@ -65,3 +66,19 @@ def headless_chromium(width: int = 1400, height: int = 900) -> Iterator[webdrive
                 driver.quit()
     finally:
         dead.close()
+
+
+@contextlib.contextmanager
+def chromium_or_skip(width: int = 1400, height: int = 900) -> Iterator[webdriver.Chrome]:
+    """`headless_chromium` for a test, which skips, saying why, only where the machine cannot have the browser."""
+    try:
+        install()
+    except NoBrowser as why:
+        pytest.skip(f"no browser on this machine: {why}")
+    with headless_chromium(width, height) as driver:
+        yield driver
+
+
+def fetched(driver: webdriver.Chrome) -> list[str]:
+    """The URLs the page has fetched since it loaded (its own document not counted)."""
+    return list(driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name);"))
