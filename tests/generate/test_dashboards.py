@@ -407,7 +407,9 @@ def test_vram_growth_limit_is_the_alert_and_the_growth_line(example):
 
 def test_saturation_gate_is_the_ahead_alert_gate_and_the_orange_kv_usage_line(example):
     config = with_alerting(replace(example, saturation_kv_usage=0.8), saturation_gate_fraction=0.5)
-    assert alert(config, "PlimsollKVCacheSaturationAhead")["expr"].startswith("plimsoll_kv_cache_usage_ratio > 0.4\n")
+    assert alert(config, "PlimsollKVCacheSaturationAhead")["expr"].startswith(
+        "max_over_time(plimsoll_kv_cache_usage_ratio[5m]) > 0.4\n"
+    )
     for title in ("KV usage per model (fullest replica)", "KV cache usage vs saturation threshold"):
         assert drawn_lines(panel_titled(config, title)) == {0.4, 0.8}, title
 

@@ -207,8 +207,8 @@ def test_saturation_alerts_follow_the_configured_threshold_and_lead_time():
     config = Config(saturation_kv_usage=0.8, lead_time_seconds=600.0)
     alerts = {r["alert"]: r for r in _alerts(config)}
     ahead = alerts["PlimsollKVCacheSaturationAhead"]["expr"]
-    # Gate at 0.6 x 80%; horizon = lead time + the 5m hold.
-    assert "plimsoll_kv_cache_usage_ratio > 0.48" in ahead
+    # Gate at 0.6 x 80% on the highest usage over the 5m hold; horizon = lead time + the hold.
+    assert "max_over_time(plimsoll_kv_cache_usage_ratio[5m]) > 0.48" in ahead
     assert "plimsoll_saturation_eta_seconds < 900" in ahead
     assert "predict_linear(plimsoll_kv_cache_usage_ratio[30m], 900) > 0.8" in ahead
     assert "plimsoll_kv_cache_usage_ratio >= 0.8" in alerts["PlimsollKVCacheSaturated"]["expr"]
