@@ -77,6 +77,10 @@ def parse_slos(text: str, objective: float) -> SloSpec:
             raise LoadtestInputError(f"--slo: {name!r} is not an SLO this command judges (use ttft and/or itl)")
         if name in thresholds:
             raise LoadtestInputError(f"--slo: {name} is given twice")
+        if value.strip().replace(".", "", 1).isdigit():
+            # A latency SLO is as often milliseconds as seconds: name both rather than guess.
+            bare = value.strip()
+            raise LoadtestInputError(f"--slo: {name}: {bare} has no unit: write {bare}ms or {bare}s")
         try:
             seconds = parse_duration(value.strip())
         except ValueError as error:

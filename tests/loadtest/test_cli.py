@@ -85,7 +85,7 @@ def test_slo_flag_takes_named_thresholds_with_units() -> None:
 @pytest.mark.parametrize(
     ("slo", "objective", "message"),
     [
-        ("ttft=500", 0.99, "--slo: ttft: 500 has no unit: write 500s"),
+        ("ttft=500", 0.99, "--slo: ttft: 500 has no unit: write 500ms or 500s"),
         ("ttft", 0.99, "is not NAME=DURATION"),
         ("e2e=2s", 0.99, "'e2e' is not an SLO this command judges"),
         ("ttft=1s,ttft=2s", 0.99, "ttft is given twice"),
@@ -103,7 +103,7 @@ def test_bad_input_exits_2_with_one_line_and_sends_nothing(capsys: pytest.Captur
         status = main(["loadtest", "--url", fake.url, "--slo", "ttft=500"])
     err = capsys.readouterr().err
     assert status == 2
-    assert err.strip() == "plimsoll loadtest: --slo: ttft: 500 has no unit: write 500s"
+    assert err.strip() == "plimsoll loadtest: --slo: ttft: 500 has no unit: write 500ms or 500s"
     assert fake.observed.requests == 0
 
 
