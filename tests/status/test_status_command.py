@@ -10,21 +10,8 @@ import subprocess
 import sys
 import time
 
+from tests.status.command import COMMAND_TIMEOUT_SECONDS, run_status
 from tests.status.conftest import Fleet
-
-COMMAND_TIMEOUT_SECONDS = 30
-
-
-def _status(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "COLUMNS": "250", **(env or {})}
-    environment.pop("PLIMSOLL_STATUS_PASSWORD", None)
-    return subprocess.run(
-        [sys.executable, "-m", "exporter", "status", *args],
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_SECONDS,
-        env=environment,
-    )
 
 
 def _line(stdout: str, target: str) -> str:
@@ -35,7 +22,7 @@ def _line(stdout: str, target: str) -> str:
 
 def test_the_table_has_the_pages_rows(fleet: Fleet):
     fleet.set_usage(0.85)
-    done = _status(fleet.daemon.url)
+    done = run_status(fleet.daemon.url)
     assert done.returncode == 0, done.stderr
     tiny = _line(done.stdout, "vllm-tiny").split()
     assert tiny[:4] == ["vllm-tiny", "vllm", "tiny-llama", "85%"]
@@ -47,7 +34,7 @@ def test_the_table_has_the_pages_rows(fleet: Fleet):
 
 def test_json_is_the_daemons_state_for_scripts(fleet: Fleet):
     fleet.set_usage(0.30)
-    done = _status(fleet.daemon.url, "--format", "json")
+    done = run_status(fleet.daemon.url, "--format", "json")
     assert done.returncode == 0, done.stderr
     state = json.loads(done.stdout)
     assert [t["target"] for t in state["targets"]] == ["vllm-tiny", "sglang-no-model", "refused"]
@@ -58,21 +45,21 @@ def test_json_is_the_daemons_state_for_scripts(fleet: Fleet):
 def test_a_dead_url_is_one_line_and_exit_1():
     with socket.socket() as dead:  # bound, never listening: refused
         dead.bind(("127.0.0.1", 0))
-        done = _status(f"http://127.0.0.1:{dead.getsockname()[1]}")
+        done = run_status(f"http://127.0.0.1:{dead.getsockname()[1]}")
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("plimsoll status: cannot reach http://127.0.0.1:")
     assert "Connection refused" in done.stderr or "connection refused" in done.stderr
 
 
 def test_a_server_that_is_not_plimsoll_is_one_line_and_exit_1(fleet: Fleet):
-    done = _status(fleet.pages)  # the engines' server: /api/v1/state is a 404 there
+    done = run_status(fleet.pages)  # the engines' server: /api/v1/state is a 404 there
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "not a Plimsoll daemon's state" in done.stderr
 
 
 def test_a_bad_url_or_a_user_without_password_is_exit_2():
-    assert _status("localhost:19842").returncode == 2
-    done = _status("http://127.0.0.1:1", "--basic-auth-user", "ops")
+    assert run_status("localhost:19842").returncode == 2
+    done = run_status("http://127.0.0.1:1", "--basic-auth-user", "ops")
     assert done.returncode == 2 and "PLIMSOLL_STATUS_PASSWORD" in done.stderr
 
 

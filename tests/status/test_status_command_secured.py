@@ -13,6 +13,7 @@ import pytest
 import trustme
 import yaml
 
+from tests.status.command import run_status
 from tests.status.engine import SettableEngine
 from tests.support.daemon_process import app_in_thread
 from tests.support.prometheus import LOOPBACK, free_port, stop_process, wait_until
@@ -20,20 +21,6 @@ from tests.support.prometheus import LOOPBACK, free_port, stop_process, wait_unt
 USER = "ops"
 PASSWORD = "correct horse battery staple"
 START_TIMEOUT_SECONDS = 20.0
-COMMAND_TIMEOUT_SECONDS = 30
-
-
-def _status(*args: str, password: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "COLUMNS": "250"}
-    if password is not None:
-        env["PLIMSOLL_STATUS_PASSWORD"] = password
-    return subprocess.run(
-        [sys.executable, "-m", "exporter", "status", *args],
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_SECONDS,
-        env=env,
-    )
 
 
 @contextlib.contextmanager
@@ -64,7 +51,9 @@ def _secured_daemon(workdir: Path, ca: trustme.CA) -> Iterator[str]:
                 if process.poll() is not None:
                     raise AssertionError(f"plimsoll exited:\n{log_path.read_text()[-3000:]}")
                 ca_file = str(workdir / "ca.pem")
-                done = _status(f"https://{address}", "--ca-file", ca_file, "--basic-auth-user", USER, password=PASSWORD)
+                done = run_status(
+                    f"https://{address}", "--ca-file", ca_file, "--basic-auth-user", USER, password=PASSWORD
+                )
                 return "42%" in done.stdout or None
 
             wait_until(answering, START_TIMEOUT_SECONDS, f"plimsoll status reading the TLS daemon on {address}")
@@ -82,7 +71,7 @@ def secured(tmp_path_factory) -> Iterator[tuple[str, Path]]:
 
 def test_the_ca_file_and_the_password_from_the_environment_get_the_rows(secured):
     url, workdir = secured
-    done = _status(url, "--ca-file", str(workdir / "ca.pem"), "--basic-auth-user", USER, password=PASSWORD)
+    done = run_status(url, "--ca-file", str(workdir / "ca.pem"), "--basic-auth-user", USER, password=PASSWORD)
     assert done.returncode == 0, done.stderr
     assert "42%" in done.stdout
 
@@ -98,14 +87,14 @@ def test_the_password_from_a_file_gets_the_rows(secured):
         "--password-file",
         str(workdir / "password"),
     ]
-    done = _status(url, *args)
+    done = run_status(url, *args)
     assert done.returncode == 0, done.stderr
     assert "42%" in done.stdout
 
 
 def test_a_wrong_password_is_one_line_and_exit_1(secured):
     url, workdir = secured
-    done = _status(url, "--ca-file", str(workdir / "ca.pem"), "--basic-auth-user", USER, password="not it")
+    done = run_status(url, "--ca-file", str(workdir / "ca.pem"), "--basic-auth-user", USER, password="not it")
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "401 Unauthorized" in done.stderr and PASSWORD not in done.stderr
 
@@ -113,6 +102,6 @@ def test_a_wrong_password_is_one_line_and_exit_1(secured):
 def test_a_certificate_from_another_ca_is_one_line_and_exit_1(secured, tmp_path):
     url, _ = secured
     trustme.CA().cert_pem.write_to_path(str(tmp_path / "other.pem"))
-    done = _status(url, "--ca-file", str(tmp_path / "other.pem"), "--basic-auth-user", USER, password=PASSWORD)
+    done = run_status(url, "--ca-file", str(tmp_path / "other.pem"), "--basic-auth-user", USER, password=PASSWORD)
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "TLS failed" in done.stderr
