@@ -17,9 +17,14 @@ from exporter.snapshot import FAILURE_REASONS, InstanceState, Snapshot, TargetSt
 ENGINE_LABELS = ["target", "engine", "model", "dp_rank"]
 
 
+def _model(state: TargetState, served: str | None) -> str:
+    """The `model` label: what the engine says it serves, else the target's configured model."""
+    return served or state.target.model or ""
+
+
 def _labels(state: TargetState, instance: InstanceState) -> list[str]:
     reading = instance.reading
-    return [state.target.name, reading.engine, reading.model or state.target.model or "", reading.instance]
+    return [state.target.name, reading.engine, _model(state, reading.model), reading.instance]
 
 
 class _EngineFamilies:
@@ -138,7 +143,7 @@ def _target_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | Counter
         name = state.target.name
         up.add_metric([name], 1.0 if state.up else 0.0)
         served = state.instances[0].reading.model if state.instances else None
-        _put(cost, [name, served or state.target.model or ""], state.gpu_hourly_cost)
+        _put(cost, [name, _model(state, served)], state.gpu_hourly_cost)
         for reason in FAILURE_REASONS:
             failures.add_metric([name, reason], state.failures_total.get(reason, 0))
         if state.last_success_timestamp is not None:
