@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from exporter.config import Config  # noqa: E402
-from tests.status.browser import headless_chromium, install  # noqa: E402
+from tests.support.browser import headless_chromium, install  # noqa: E402
 from tests.support.recorded_fleet import recorded_fleet  # noqa: E402
 
 # The replayed burst moves a stage this often, so the sparklines have a shape.
