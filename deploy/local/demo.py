@@ -438,7 +438,7 @@ def run_loop(
         _say(f"== Prometheus on {prometheus.url} (rules loaded), Alertmanager on {alertmanager.url}")
         summary.urls = {
             "status page": daemon_url + "/",
-            "prometheus alerts": prometheus.url + "/alerts",
+            "prometheus alerts": prometheus.url + "/api/v1/alerts",  # Debian's build serves no web UI
             "alertmanager": alertmanager.url,
             "load-test report": summary.report or "",
         }
