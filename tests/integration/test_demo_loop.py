@@ -13,6 +13,7 @@ Skips only where the Prometheus tools cannot be had (the prometheus_tools fixtur
 
 import importlib.util
 import socket
+import sys
 from pathlib import Path
 from types import ModuleType
 from urllib.parse import urlsplit
@@ -33,6 +34,7 @@ def _demo_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("plimsoll_demo", DEMO)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve the module's annotations through sys.modules
     spec.loader.exec_module(module)
     return module
 
