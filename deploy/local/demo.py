@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from tests.support.prometheus import (  # noqa: E402
     NotReady,
     Prometheus,
+    QueryError,
     WebhookReceiver,
     prometheus_config,
     running_alertmanager,
@@ -480,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with start_vllm(install, port, KV_CACHE_BYTES, MAX_MODEL_LEN, BLOCK_SIZE) as engine:
             summary = run_loop(engine, install.model_dir, DEMO_DIR / "run", keep)
-    except (DemoError, NotReady) as error:
+    except (DemoError, NotReady, QueryError, OSError) as error:  # a part that died mid-run: one line, not a traceback
         _say(f"demo failed: {error}")
         return 1
     args.summary.parent.mkdir(parents=True, exist_ok=True)
