@@ -53,7 +53,15 @@ from tests.support.prometheus import (  # noqa: E402
     webhooks_to,
     with_short_waits,
 )
-from tests.support.vllm_cpu import ClosedLoopLoad, VllmServer, ensure_vllm, free_port, start_vllm  # noqa: E402
+from tests.support.vllm_cpu import (  # noqa: E402
+    ClosedLoopLoad,
+    VllmError,
+    VllmServer,
+    VllmUnavailable,
+    ensure_vllm,
+    free_port,
+    start_vllm,
+)
 
 DEMO_DIR = REPO_ROOT / ".cache" / "demo"
 TOOLS_BIN = REPO_ROOT / ".cache" / "prometheus-tools" / "usr" / "bin"
@@ -474,14 +482,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     keep = _keep_running if os.environ.get("DEMO_KEEP") == "1" else None
     _say("== preparing vLLM (CPU build) and the tiny model under .cache/ (first run: a few minutes)")
-    install = ensure_vllm()
     started = time.monotonic()
-    port = free_port()
-    _say(f"== starting vLLM on 127.0.0.1:{port} with a 2 MiB KV pool (about 35 s)")
     try:
+        install = ensure_vllm()
+        port = free_port()
+        _say(f"== starting vLLM on 127.0.0.1:{port} with a 2 MiB KV pool (about 35 s)")
         with start_vllm(install, port, KV_CACHE_BYTES, MAX_MODEL_LEN, BLOCK_SIZE) as engine:
             summary = run_loop(engine, install.model_dir, DEMO_DIR / "run", keep)
-    except (DemoError, NotReady, QueryError, OSError) as error:  # a part that died mid-run: one line, not a traceback
+    except VllmUnavailable as unavailable:
+        _say(f"demo cannot run here: vLLM cannot be installed on this machine: {unavailable.reason}")
+        return 1
+    except (DemoError, VllmError, NotReady, QueryError, OSError) as error:  # one line, not a traceback
         _say(f"demo failed: {error}")
         return 1
     args.summary.parent.mkdir(parents=True, exist_ok=True)
