@@ -7,6 +7,7 @@ naming it and where it came from) and one YAML list of GPUs.
 import difflib
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -114,15 +115,50 @@ def hub_cache(environ: Mapping[str, str]) -> Path:
     return Path.home() / ".cache" / "huggingface" / "hub"
 
 
+# A config.json is kilobytes (the largest presets under 10 KiB); past this the file is not one, and is not read.
+MAX_MODEL_CONFIG_BYTES = 4 * 1024 * 1024
+# refs/main holds a commit hash (40 hex digits); a few more bytes leave room for a newline and tell garbage.
+_MAX_REF_BYTES = 256
+_SNAPSHOT_NAME = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]*")  # one folder name: no "..", no separator
+
+
+def _read_bounded(path: Path, limit: int, what: str) -> str:
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(limit + 1)
+    except OSError as error:
+        raise CatalogError(f"{path}: cannot read the {what} ({error.strerror})") from None
+    if len(data) > limit:
+        raise CatalogError(f"{path}: over {limit:,} bytes, too large for a {what} (is this the right file?)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CatalogError(f"{path}: not UTF-8 text (byte {error.start}), so not a {what}") from None
+
+
+def _snapshot_named_by(main: Path) -> str:
+    """The snapshot folder `refs/main` names: one name inside snapshots/, never a path out of the cache."""
+    ref = _read_bounded(main, _MAX_REF_BYTES, "Hugging Face ref").strip()
+    if not _SNAPSHOT_NAME.fullmatch(ref):
+        raise CatalogError(
+            f"{main}: {ref[:80]!r} is not a snapshot name (a commit hash): delete the file, or download the model "
+            "again, to repair the cache"
+        )
+    return ref
+
+
 def cached_config(repo_id: str, cache: Path) -> Path | None:
     """`models--org--name/snapshots/*/config.json`, the snapshot `refs/main` names first; None when not cached."""
     if repo_id.count("/") != 1:
         return None
     folder = cache / f"models--{repo_id.replace('/', '--')}"
     main = folder / "refs" / "main"
-    candidates = [folder / "snapshots" / main.read_text().strip() / "config.json"] if main.is_file() else []
-    candidates += sorted((folder / "snapshots").glob("*/config.json"))
-    return next((c for c in candidates if c.is_file()), None)
+    try:
+        candidates = [folder / "snapshots" / _snapshot_named_by(main) / "config.json"] if main.is_file() else []
+        candidates += sorted((folder / "snapshots").glob("*/config.json"))
+        return next((c for c in candidates if c.is_file()), None)
+    except OSError:  # a repository id too long to be a folder name: not cached
+        return None
 
 
 def _shown_name(config: dict[str, Any], path: Path) -> str:
@@ -137,24 +173,36 @@ def _shown_name(config: dict[str, Any], path: Path) -> str:
 
 
 def _read_config(path: Path) -> dict[str, Any]:
+    text = _read_bounded(path, MAX_MODEL_CONFIG_BYTES, "config.json")
     try:
-        config = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        config = json.loads(text)
+    except ValueError as error:  # not JSON, or an integer of more digits than Python converts
         raise CatalogError(f"{path}: not a readable JSON file ({error})") from None
+    except RecursionError:
+        raise CatalogError(f"{path}: not a usable JSON file (nested too deeply)") from None
     if not isinstance(config, dict):
         raise CatalogError(f"{path}: expected a JSON object (a Hugging Face config.json)")
     return config
 
 
+def _config_file(spec: str) -> Path | None:
+    """The config.json `spec` names, as the file or its directory; None when it names no file."""
+    try:
+        path = Path(spec).expanduser()
+        if path.is_dir():
+            path = path / "config.json"
+            if not path.is_file():
+                raise CatalogError(f"{spec}: directory has no config.json")
+        return path if path.is_file() else None
+    except (OSError, RuntimeError):  # a name too long for a path, or ~user of no such user: not a file
+        return None
+
+
 def load_model(spec: str) -> ModelArchitecture:
     """A config.json path or its directory, a preset name, or a repository id in the local Hugging Face cache
     (offline: nothing is downloaded; HF_HUB_CACHE and HF_HOME name the cache)."""
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        path = path / "config.json"
-        if not path.is_file():
-            raise CatalogError(f"{spec}: directory has no config.json")
-    if path.is_file():
+    path = _config_file(spec)
+    if path is not None:
         config = _read_config(path)
         return from_hf_config(config, source=str(path), name=_shown_name(config, path))
     try:

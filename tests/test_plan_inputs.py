@@ -231,3 +231,58 @@ def test_every_gpu_preset_says_where_its_figure_comes_from():
     from exporter.catalog import gpu_presets
 
     assert all(gpu.evidence for gpu in gpu_presets())
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"hidden_size": [256]}, "hidden_size is [256], not a whole number"),
+        ({"num_attention_heads": 0}, "num_attention_heads is 0, not a whole number"),
+        ({"vocab_size": "many"}, "vocab_size is 'many', not a whole number"),
+        ({"num_hidden_layers": 2_000_000_000}, "more than any model has"),
+        ({"vocab_size": 10**40}, "vocab_size is 1000"),
+        ({"head_dim": 1e300}, "head_dim is 1e+300"),
+        ({"rope_scaling": {"factor": float("nan")}}, "rope_scaling.factor is nan"),
+        ({"layer_types": 5}, "wrong type or range"),
+        ({"quantization_config": [1]}, "wrong type or range"),
+    ],
+)
+def test_a_garbled_config_json_names_the_file_and_key_without_a_traceback(capsys, tmp_path, change, named):
+    (tmp_path / "config.json").write_text(json.dumps({**TINY_LLAMA, **change}))
+    assert main(["plan", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "config.json") in err and named in err
+
+
+def test_a_config_json_too_large_or_too_deep_is_refused_by_name(capsys, tmp_path):
+    from exporter.catalog import MAX_MODEL_CONFIG_BYTES
+
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps({**TINY_LLAMA, "padding": "x" * MAX_MODEL_CONFIG_BYTES}))
+    assert main(["plan", "--model", str(huge)]) == 2
+    assert "huge.json: over" in capsys.readouterr().err
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["plan", "--model", str(deep)]) == 2
+    assert "deep.json: not a usable JSON file (nested too deeply)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ref", ["../../../outside", "/etc", "x" * 1000])
+def test_a_refs_main_that_names_no_snapshot_is_refused_not_followed(capsys, tmp_path, monkeypatch, ref):
+    cache_model(tmp_path / "hub", "someorg/m", TINY_LLAMA)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "config.json").write_text(json.dumps(TINY_LLAMA))
+    main_ref = tmp_path / "hub" / "models--someorg--m" / "refs" / "main"
+    main_ref.write_text(ref)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["plan", "--model", "someorg/m"]) == 2
+    assert str(main_ref) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["~no-such-user-here/config.json", "a" * 5000, "someorg/" + "a" * 5000, "loop"])
+def test_a_model_name_that_is_no_usable_path_is_looked_up_as_a_preset(capsys, tmp_path, monkeypatch, name):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert main(["plan", "--model", name]) == 2
+    assert "unknown model" in capsys.readouterr().err

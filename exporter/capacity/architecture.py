@@ -186,6 +186,47 @@ def _require(config: dict[str, Any], key: str, source: str, *alternatives: str) 
     raise ModelConfigError(f"{source}: missing key {names}, which the capacity model needs")
 
 
+def _shown(value: object, limit: int = 80) -> str:
+    """A bad value as an error quotes it, cut short: the file chose its size."""
+    text = repr(value) if not isinstance(value, Exception) else str(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+# Past 2**53 a number is no dimension of a model, and products of a few such overflow the float arithmetic of the
+# plan; infinities and NaN (Python's json reads them) are no dimension either.
+_LARGEST_NUMBER = 2**53
+
+
+def _refuse_huge_numbers(config: dict[str, Any], source: str) -> None:
+    pending: list[tuple[str, Any]] = [("", config)]
+    while pending:
+        path, value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend((f"{path}.{key}" if path else str(key), item) for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, int | float) and not isinstance(value, bool) and not abs(value) <= _LARGEST_NUMBER:
+            raise ModelConfigError(f"{source}: {path} is {_shown(value)}, not a finite number of a model's size")
+
+
+# More layers than any model has: a count past it is a garbled file, and sizing it would build a tuple per layer.
+_MAX_LAYERS = 100_000
+
+
+def _count(config: dict[str, Any], key: str, source: str, *alternatives: str) -> int:
+    """A required dimension, a whole number of at least 1; the message names the key."""
+    value = _require(config, key, source, *alternatives)
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif (isinstance(value, float) and value.is_integer()) or (isinstance(value, str) and value.strip().isdigit()):
+        number = int(value)
+    if number is None or number < 1:
+        named = next(n for n in (key, *alternatives) if config.get(n) is not None)
+        raise ModelConfigError(f"{source}: {named} is {_shown(value)}, not a whole number of at least 1")
+    return number
+
+
 def _layer_types(config: dict[str, Any], num_layers: int, window: int | None, source: str) -> tuple[str, ...]:
     declared = config.get("layer_types")
     if declared:
@@ -226,7 +267,7 @@ def _moe(config: dict[str, Any], num_layers: int) -> MoE | None:
     shared = int(config.get("shared_expert_intermediate_size") or 0)
     if config.get("n_shared_experts"):
         shared = int(config["n_shared_experts"]) * int(expert_size)
-    dense = set(range(int(config.get("first_k_dense_replace") or 0)))
+    dense = set(range(min(int(config.get("first_k_dense_replace") or 0), num_layers)))
     dense |= {int(i) for i in config.get("mlp_only_layers") or []}
     step = int(config.get("decoder_sparse_step") or 1)
     dense |= {i for i in range(num_layers) if (i + 1) % step != 0}
@@ -283,26 +324,40 @@ def _rope_scaling(config: dict[str, Any]) -> RopeScaling | None:
 
 def from_hf_config(config: dict[str, Any], source: str, name: str | None = None) -> ModelArchitecture:
     """Read a config.json dictionary; `source` names the file in every error."""
+    _refuse_huge_numbers(config, source)
+    try:
+        return _from_hf_config(config, source, name)
+    except ModelConfigError:
+        raise
+    except (TypeError, ValueError, AttributeError, OverflowError) as error:
+        # An optional key of the wrong shape (a list for a number, a number for a list): the file, not a traceback.
+        wrong = _shown(error)
+        raise ModelConfigError(f"{source}: a value has the wrong type or range for a config.json ({wrong})") from None
+
+
+def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> ModelArchitecture:
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
     body = {**config, **text} if text else config
     if "model_type" in config and text is not None:
         body["model_type"] = text.get("model_type", config["model_type"])
     body = {**_CONFIG_DEFAULTS.get(str(body.get("model_type")), {}), **body}
     _refuse_recurrent_state(body, source)
-    hidden = int(_require(body, "hidden_size", source, "n_embd", "d_model"))
-    layers = int(_require(body, "num_hidden_layers", source, "n_layer", "num_layers"))
-    heads = int(_require(body, "num_attention_heads", source, "n_head"))
+    hidden = _count(body, "hidden_size", source, "n_embd", "d_model")
+    layers = _count(body, "num_hidden_layers", source, "n_layer", "num_layers")
+    if layers > _MAX_LAYERS:
+        raise ModelConfigError(f"{source}: {layers} layers is more than any model has (at most {_MAX_LAYERS:,})")
+    heads = _count(body, "num_attention_heads", source, "n_head")
     kv_heads = int(body.get("num_key_value_heads") or heads)
     head_dim = int(body.get("head_dim") or hidden // heads)
-    max_positions = int(_require(body, "max_position_embeddings", source, "n_positions", "max_seq_len"))
+    max_positions = _count(body, "max_position_embeddings", source, "n_positions", "max_seq_len")
     window = _window(body, max_positions)
     mla = None
     if body.get("kv_lora_rank"):
         mla = MLA(
             kv_lora_rank=int(body["kv_lora_rank"]),
-            qk_rope_head_dim=int(_require(body, "qk_rope_head_dim", source)),
-            qk_nope_head_dim=int(_require(body, "qk_nope_head_dim", source)),
-            v_head_dim=int(_require(body, "v_head_dim", source)),
+            qk_rope_head_dim=_count(body, "qk_rope_head_dim", source),
+            qk_nope_head_dim=_count(body, "qk_nope_head_dim", source),
+            v_head_dim=_count(body, "v_head_dim", source),
             q_lora_rank=int(body["q_lora_rank"]) if body.get("q_lora_rank") else None,
         )
     quant_config = body.get("quantization_config") or config.get("quantization_config")
@@ -319,8 +374,8 @@ def from_hf_config(config: dict[str, Any], source: str, name: str | None = None)
         num_attention_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        intermediate_size=int(_require(body, "intermediate_size", source, "n_inner", "ffn_dim")),
-        vocab_size=int(_require(body, "vocab_size", source)),
+        intermediate_size=_count(body, "intermediate_size", source, "n_inner", "ffn_dim"),
+        vocab_size=_count(body, "vocab_size", source),
         tie_word_embeddings=bool(
             body.get("tie_word_embeddings", config.get("tie_word_embeddings", _ties_by_default(body)))
         ),
