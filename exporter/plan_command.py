@@ -10,6 +10,7 @@ from exporter.capacity.plan import PlanError, check_inputs, plan
 from exporter.catalog import gpu_presets, load_model, model_presets
 from exporter.cli_args import Formatter, positive_int
 from exporter.config import load_config
+from exporter.config.pricing import _gpu_hour_prices as gpu_hour_prices
 from exporter.cost import GpuHourPrices, gpu_hour_price
 from exporter.plan_flags import add_deployment_flags, deployment_from_args, gpu_for
 from exporter.plan_output import fleet_table, plan_table
@@ -46,14 +47,15 @@ def add_plan(commands: argparse._SubParsersAction) -> None:
 
 
 def _price_arg(text: str) -> tuple[str, float]:
+    """GPU=PRICE, checked as the config's pricing.gpu_hour checks an entry (a known GPU, a finite price above 0)."""
     gpu, separator, price = text.partition("=")
-    try:
-        value = float(price)
-    except ValueError:
-        value = 0.0
-    if not separator or not gpu.strip() or not value > 0:
+    if not separator or not gpu.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is not GPU=PRICE with a price above 0 (e.g. H100-80GB=2.49)")
-    return gpu.strip(), value
+    try:
+        ((name, value),) = gpu_hour_prices({gpu.strip(): price})
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error} (e.g. H100-80GB=2.49)") from None
+    return name, value
 
 
 def _context_tokens(args: argparse.Namespace) -> int:

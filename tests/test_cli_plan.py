@@ -211,3 +211,22 @@ def test_a_plan_with_no_kv_pool_at_all_prints_no_range_line(capsys):
     assert main(["plan", "--model", "llama-3.1-70b", "--gpu", "L40S", "--max-model-len", "32768"]) == 0
     out = capsys.readouterr().out
     assert "DOES NOT FIT: 0 KV tokens" in out and "likely" not in out
+
+
+@pytest.mark.parametrize(
+    ("price", "named"),
+    [
+        ("H100=inf", "'inf' is not a price per GPU-hour"),
+        ("H100=nan", "'nan' is not a price per GPU-hour"),
+        ("H100=-1", "is not a price"),
+        ("H10=2", "H10: neither a GPU preset"),
+        ("=2", "is not GPU=PRICE"),
+    ],
+)
+def test_a_gpu_hour_price_is_checked_as_the_configs_pricing_is(capsys, price, named):
+    argv = ["plan", "--model", "llama-3.1-8b", "--concurrency", "4", "--context", "1000", "--gpu-hour-price", price]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--gpu-hour-price" in err and named in err
