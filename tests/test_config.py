@@ -16,6 +16,7 @@ from exporter.config import (
     ScaledWorkload,
     check_config,
     load_config,
+    load_yaml_documents,
     parse_config,
     parse_target_file,
     redact_url,
@@ -300,6 +301,25 @@ def test_an_alias_inside_its_own_anchor_is_refused():
 def test_yaml_nested_past_the_parser_s_depth_is_refused_not_a_traceback():
     with pytest.raises(ConfigError, match=r"c\.yaml: not usable YAML: nested too deeply"):
         parse_config("targets: " + "[" * 1000 + "]" * 1000, "c.yaml", environ={})
+
+
+def _laughs(levels: int) -> str:
+    """A billion-laughs document: each anchor a list of ten aliases of the one before."""
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{n}: &a{n} [{','.join([f'*a{n - 1}'] * 10)}]" for n in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_multi_document_stream_is_read_every_document_with_one_alias_budget_for_the_file():
+    assert load_yaml_documents("a: 1\n---\n---\nb: &b [1]\nc: *b\n", "s.yaml") == [{"a": 1}, None, {"b": [1], "c": [1]}]
+    one = _laughs(4)  # 11,110 values from 42 written: under the budget on its own
+    load_yaml_documents(one, "s.yaml")
+    with pytest.raises(ConfigError, match=r"s\.yaml: not usable YAML: aliases expand this document to"):
+        load_yaml_documents("---\n".join([one] * 10), "s.yaml")
+    with pytest.raises(ConfigError, match=r"s\.yaml: not usable YAML: aliases expand"):
+        load_yaml_documents("kind: x\n---\n" + _laughs(9), "s.yaml")
+    with pytest.raises(ConfigError, match=r"s\.yaml: not usable YAML: nested too deeply"):
+        load_yaml_documents("a: 1\n---\n" + "[" * 50_000, "s.yaml")
 
 
 def test_file_sd_a_bad_engine_label_marks_its_targets_with_the_reason():

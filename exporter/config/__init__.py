@@ -10,7 +10,7 @@ autoscaling and pricing each read one section; document reads the whole file. Th
 
 from exporter.config.discovery import SCAN_PORTS, engine_problem, parse_target_file, scan_targets
 from exporter.config.document import check_config, check_config_file, load_config, parse_config
-from exporter.config.loading import load_yaml, read_config_text
+from exporter.config.loading import load_yaml, load_yaml_documents, read_config_text
 from exporter.config.model import (
     DEFAULT_LISTEN,
     DEFAULT_PORT,
@@ -56,6 +56,7 @@ __all__ = [
     "engine_problem",
     "load_config",
     "load_yaml",
+    "load_yaml_documents",
     "parse_config",
     "parse_target_file",
     "read_config_text",

@@ -2,9 +2,9 @@
 tags that build objects and no aliases that expand without bound."""
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -17,6 +17,8 @@ MAX_CONFIG_BYTES = 1024 * 1024
 # result (validation, a message quoting a value): counting the expansion on the composed node graph, where each
 # anchor is one node, refuses it in microseconds before anything is built.
 MAX_ALIAS_EXPANSION = 100_000
+
+T = TypeVar("T")
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -74,35 +76,62 @@ def _expanded_nodes(root: yaml.Node) -> tuple[int, int]:
     return len(sizes), expanded
 
 
-def _document(text: str) -> Any:
+def _refuse_expansion(spelled_out: int, expanded: int) -> None:
+    if expanded - spelled_out > MAX_ALIAS_EXPANSION:
+        raise ValueError(
+            f"aliases expand this document to {expanded:,} values from {spelled_out:,} written "
+            f"(at most {MAX_ALIAS_EXPANSION:,} more are allowed)"
+        )
+
+
+def _document(loader: yaml.SafeLoader) -> Any:
+    node = loader.get_single_node()
+    if node is None:
+        return None
+    _refuse_expansion(*_expanded_nodes(node))
+    return loader.construct_document(node)
+
+
+def _documents(loader: yaml.SafeLoader) -> list[Any]:
+    """Every document of the stream; the alias budget is the file's, or a thousand small documents each under it
+    would add up to the bomb it is there to refuse."""
+    documents = []
+    spelled_out = expanded = 0
+    while loader.check_node():
+        node = loader.get_node()
+        if node is None:  # check_node said there is one
+            break
+        written, total = _expanded_nodes(node)
+        spelled_out, expanded = spelled_out + written, expanded + total
+        _refuse_expansion(spelled_out, expanded)
+        documents.append(loader.construct_document(node))
+    return documents
+
+
+def _load(text: str, source: str, compose: Callable[[yaml.SafeLoader], T]) -> T:
     # Not libyaml's CSafeLoader, though it composes three times faster: its recursive composer overflows the C
     # stack on a few hundred kilobytes of "[[[[..." and the process dies; Python's raises RecursionError.
     loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        spelled_out, expanded = _expanded_nodes(node)
-        if expanded - spelled_out > MAX_ALIAS_EXPANSION:
-            raise ValueError(
-                f"aliases expand this document to {expanded:,} values from {spelled_out:,} written "
-                f"(at most {MAX_ALIAS_EXPANSION:,} more are allowed)"
-            )
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def load_yaml(text: str, source: str) -> Any:
-    """One YAML document, safely: no tags that build objects, and no aliases that expand without bound."""
-    try:
-        return _document(text)
+        return compose(loader)
     except yaml.YAMLError as error:
         raise ConfigError([f"{source}: not valid YAML: {_yaml_problem(error)}"]) from None
     except ValueError as error:  # too many aliases, or a value the constructor rejects (2001-13-01)
         raise ConfigError([f"{source}: not usable YAML: {error}"]) from None
     except RecursionError:
         raise ConfigError([f"{source}: not usable YAML: nested too deeply"]) from None
+    finally:
+        loader.dispose()
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """One YAML document, safely: no tags that build objects, and no aliases that expand without bound."""
+    return _load(text, source, _document)
+
+
+def load_yaml_documents(text: str, source: str) -> list[Any]:
+    """Every document of a YAML stream (`---` between them, empty ones as None), as safely as load_yaml."""
+    return _load(text, source, _documents)
 
 
 def read_config_text(path: str | Path, what: str = "config file") -> str:

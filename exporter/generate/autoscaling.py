@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from exporter.config import AutoscalingConfig, Config, ConfigError, ScaledWorkload
+from exporter.config import AutoscalingConfig, Config, ConfigError, ScaledWorkload, load_yaml_documents
 from exporter.generate import Artifact, rules
 
 DIRECTORY = "deploy/kubernetes/autoscaling"
@@ -256,9 +256,9 @@ def lint_file(path: str, text: str, models: set[str]) -> FileLint:
     """`lint` over every document of one file; a file that is not YAML is one problem, one without a scaler is
     skipped with its reason."""
     try:
-        documents = [document for document in yaml.safe_load_all(text) if document is not None]
-    except yaml.YAMLError as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        documents = [document for document in load_yaml_documents(text, path) if document is not None]
+    except ConfigError as error:  # not YAML, nested past recursion, or an alias bomb: the loader says which
+        reason = error.problems[0].removeprefix(f"{path}: ")
         return FileLint(problems=(f"{path}: not YAML ({reason}); fix it or regenerate it",))
     if not any(_is_scaler(document) for document in documents):
         return FileLint(

@@ -127,6 +127,25 @@ def test_check_says_in_one_line_a_file_is_not_yaml_and_skips_yaml_that_holds_no_
     assert _check(tmp_path, capsys)[0] == 0  # a file without a scaler is said, not failed
 
 
+def test_check_refuses_an_alias_bomb_or_runaway_nesting_in_a_scaler_file_without_expanding_it(tmp_path, capsys):
+    # A billion laughs behind a scaler's kind: the lint quotes the query, which would expand it in memory.
+    main(["generate", "--config", str(EXAMPLE), "--out", str(tmp_path)])
+    anchors = ['a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]']
+    anchors += [f"a{n}: &a{n} [{','.join([f'*a{n - 1}'] * 10)}]" for n in range(1, 9)]
+    bomb = tmp_path / SCALERS / "bomb-scaledobject.yaml"
+    trigger = "spec: {triggers: [{type: prometheus, metadata: {query: *a8}}]}"
+    bomb.write_text("kind: ScaledObject\n" + "\n".join(anchors) + "\n" + trigger + "\n")
+    deep = tmp_path / SCALERS / "deep.yaml"
+    deep.write_text("kind: ScaledObject\n---\n" + "[" * 50_000)
+    status, lines = _check(tmp_path, capsys)
+    assert status == 1
+    assert lines == [
+        f"lint: {bomb}: not YAML (not usable YAML: aliases expand this document to 2,345,679,032 values from 41 "
+        "written (at most 100,000 more are allowed)); fix it or regenerate it",
+        f"lint: {deep}: not YAML (not usable YAML: nested too deeply); fix it or regenerate it",
+    ]
+
+
 def test_check_names_fields_a_hand_edit_made_the_wrong_type_without_a_traceback(tmp_path, capsys):
     main(["generate", "--config", str(EXAMPLE), "--out", str(tmp_path)])
     odd = tmp_path / SCALERS / "odd-scaledobject.yaml"
