@@ -5,6 +5,8 @@ them without ever leaving a half-written file (temporary file, then rename) and,
 committed files differ from what the config generates and lints the scaler files as they are on disk.
 """
 
+import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,16 +49,21 @@ def write(items: Iterable[Artifact], out: Path) -> list[Path]:
 
 def stale(items: Iterable[Artifact], out: Path) -> list[str]:
     """Paths whose committed text differs from what the config generates (missing files included)."""
-    differing = []
-    for item in items:
-        target = out / item.path
-        try:
-            current = target.read_text()
-        except OSError:
-            current = None
-        if current != item.text:
-            differing.append(item.path)
-    return differing
+    return [item.path for item in items if _committed(out / item.path, len(item.text) + 1) != item.text]
+
+
+def _committed(target: Path, limit: int) -> str | None:
+    """At most `limit` characters of a regular file (enough to tell it differs: a file grown huge is not read
+    whole); None where there is none to compare. Opened without blocking, so a FIFO in its place cannot hang the
+    check, and read with replacement, so bytes that are not UTF-8 make it differ rather than end it."""
+    try:
+        descriptor = os.open(target, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with open(descriptor, encoding="utf-8", errors="replace") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        return handle.read(limit)
 
 
 def lint_scalers(config: Config, out: Path) -> "FileLint":

@@ -1,5 +1,6 @@
 """`plimsoll generate` as users and `make lint` call it."""
 
+import os
 import stat
 
 from exporter.cli import main
@@ -28,6 +29,18 @@ def test_check_passes_on_fresh_output_and_names_a_stale_file(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"stale: {rules}" in out
     assert out.count("stale: ") == 1
+
+
+def test_check_says_stale_of_a_fifo_or_bytes_that_are_not_utf8_without_hanging_or_a_traceback(tmp_path, capsys):
+    main(["generate", "--config", str(EXAMPLE), "--out", str(tmp_path)])
+    rules = tmp_path / "rules" / "plimsoll.rules.yaml"
+    rules.unlink()
+    os.mkfifo(rules)  # read whole, it would wait for a writer forever
+    binary = tmp_path / "deploy" / "kubernetes" / "prometheusrule.yaml"
+    binary.write_bytes(b"\xff\xfe" + binary.read_bytes())
+    status, lines = _check(tmp_path, capsys)
+    assert status == 1
+    assert [line.split(" (regenerate")[0] for line in lines] == [f"stale: {rules}", f"stale: {binary}"]
 
 
 def test_committed_artifacts_are_current():
