@@ -9,7 +9,9 @@ the mean number of requests waiting at the knee, rounded up: more than that wait
 """
 
 import math
+import os
 import shutil
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from io import StringIO
@@ -22,7 +24,7 @@ from ruamel.yaml.error import CommentMark, YAMLError
 from ruamel.yaml.tokens import CommentToken
 from ruamel.yaml.util import load_yaml_guess_indent
 
-from exporter.config import ConfigError, check_config, read_config_text
+from exporter.config import ConfigError, check_config, load_yaml, read_config_text
 from exporter.files import write_atomically
 from exporter.generate.rules import duration
 from exporter.loadtest.judge import StepSummary
@@ -110,6 +112,11 @@ def write_thresholds(config_path: Path, fragment: Fragment | None, knee: Replica
         original = read_config_text(path)
     except ConfigError as error:
         raise ThresholdsError(str(error)) from None
+    try:  # the safe loader first: ruamel bounds neither aliases nor depth, so it sees only what this one accepts
+        load_yaml(original, str(config_path))
+    except ConfigError as error:
+        reason = error.problems[0].removeprefix(f"{config_path}: ")
+        raise ThresholdsError(f"{config_path}: not YAML that can be edited in place ({reason})") from None
     yaml = YAML()
     yaml.preserve_quotes = True
     try:
@@ -117,6 +124,8 @@ def write_thresholds(config_path: Path, fragment: Fragment | None, knee: Replica
         _, sequence_indent, sequence_offset = load_yaml_guess_indent(original)
     except YAMLError as error:
         raise ThresholdsError(f"{config_path}: not YAML that can be edited in place ({_first_line(error)})") from None
+    except RecursionError:  # ruamel's round trip nests deeper per level than the safe loader
+        raise ThresholdsError(f"{config_path}: not YAML that can be edited in place (nested too deeply)") from None
     if document is None:
         document = CommentedMap()
     if not isinstance(document, CommentedMap):
@@ -139,9 +148,19 @@ def write_thresholds(config_path: Path, fragment: Fragment | None, knee: Replica
     )
     yaml.width = 1 << 16  # never fold a long line (a URL, a commented value) the user wrote on one line
     stream = StringIO()
-    yaml.dump(document, stream)
+    try:
+        yaml.dump(document, stream)
+    except RecursionError:
+        raise ThresholdsError(f"{config_path}: not YAML that can be edited in place (nested too deeply)") from None
     updated = _head_ruamel_drops(original) + stream.getvalue()
     _refuse_new_problems(original, updated, str(path), config_path)
+    _refuse_read_only(path, config_path)
+    try:
+        changed = read_config_text(path) != original
+    except ConfigError as error:
+        raise ThresholdsError(f"{error}; it is unchanged") from None
+    if changed:
+        raise ThresholdsError(f"{config_path}: changed while it was being updated, so not written: run again")
     backup = path.with_name(f"{path.name}.bak")
     try:
         shutil.copy2(path, backup)
@@ -151,6 +170,20 @@ def write_thresholds(config_path: Path, fragment: Fragment | None, knee: Replica
             f"{config_path}: cannot write the updated config ({error.strerror}); it is unchanged"
         ) from None
     return ConfigUpdate(backup=backup, knee_workload=None if workload is None else workload[0])
+
+
+def _refuse_read_only(path: Path, config_path: Path) -> None:
+    """A file its owner made read-only, or one this user may not write, is not replaced: the rename that writes it
+    atomically would succeed in a writable directory regardless, and make this user its owner."""
+    try:
+        writable = os.access(path, os.W_OK) and path.stat().st_mode & stat.S_IWUSR
+    except OSError as error:
+        raise ThresholdsError(f"{config_path}: cannot read its permissions ({error.strerror})") from None
+    if not writable:
+        raise ThresholdsError(
+            f"{config_path}: read-only, so not written; make it writable (chmod u+w) or copy thresholds.yaml's "
+            "values into it by hand"
+        )
 
 
 def _knee_workload(document: CommentedMap, models: Sequence[str]) -> tuple[str, CommentedMap] | None:

@@ -10,6 +10,7 @@ import pytest
 from exporter import files
 from exporter.config import check_config, load_config
 from exporter.generate.rules import artifacts
+from exporter.loadtest import thresholds
 from exporter.loadtest.outputs import write_outputs
 from exporter.loadtest.thresholds import ReplicaKnee, ThresholdsError, derive_thresholds, write_thresholds
 from tests.conftest import TESTS
@@ -112,12 +113,21 @@ def test_a_write_that_fails_leaves_the_config_whole_and_no_temporary_file(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plimsoll.yaml", "plimsoll.yaml.bak"]
 
 
+_LAUGHS = "".join([f"x{n}: &x{n} [{', '.join([f'*x{n - 1}' if n else '1'] * 10)}]\n" for n in range(9)])
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("- a\n- b\n", "the top level is not a mapping"),
         ("saturation: 0.9\n", "saturation is not a mapping"),
         ("saturation: {kv_usage: [\n", "not YAML that can be edited in place"),
+        # An alias bomb (ruamel's round trip has no bound of its own), an alias into itself, runaway nesting, and
+        # nesting the safe loader takes but ruamel's deeper recursion does not: each a message, not a traceback.
+        (_LAUGHS, r"not YAML that can be edited in place \(not usable YAML: aliases expand this document"),
+        ("slos: &s [*s]\n", r"in place \(not usable YAML: an alias refers to the collection that contains it\)"),
+        ("slos: " + "[" * 5000 + "\n", r"not YAML that can be edited in place \(not usable YAML: nested too deeply\)"),
+        ("slos: " + "[" * 300 + "]" * 300 + "\n", r"not YAML that can be edited in place \(nested too deeply\)"),
     ],
 )
 def test_write_refuses_a_file_it_cannot_edit_and_leaves_it_alone(tmp_path, text, message):
@@ -136,6 +146,33 @@ def test_write_refuses_a_value_check_config_would_reject(tmp_path):
     with pytest.raises(ThresholdsError, match=r"saturation\.kv_usage: 1\.5 is not a ratio"):
         write_thresholds(path, {"saturation": {"kv_usage": 1.5}})
     assert path.read_text() == CONFIG
+
+
+def test_write_refuses_a_read_only_config_which_the_atomic_rename_would_replace(tmp_path):
+    path = tmp_path / "plimsoll.yaml"
+    path.write_text(CONFIG)
+    path.chmod(0o444)
+    with pytest.raises(ThresholdsError, match=re.escape(f"{path}: read-only, so not written; make it writable")):
+        write_thresholds(path, {"saturation": {"kv_usage": 0.8}})
+    assert path.read_text() == CONFIG and path.stat().st_mode & 0o777 == 0o444
+    assert not (tmp_path / "plimsoll.yaml.bak").exists()
+
+
+def test_write_refuses_a_config_changed_between_its_read_and_its_write(tmp_path, monkeypatch):
+    path = tmp_path / "plimsoll.yaml"
+    path.write_text(CONFIG)
+    edited = CONFIG.replace("nvml: false", "nvml: true")
+    check = thresholds.check_config
+
+    def edit_meanwhile(text, source):  # runs between the read and the write
+        path.write_text(edited)
+        return check(text, source)
+
+    monkeypatch.setattr(thresholds, "check_config", edit_meanwhile)
+    with pytest.raises(ThresholdsError, match=re.escape(f"{path}: changed while it was being updated, so not")):
+        write_thresholds(path, {"saturation": {"kv_usage": 0.8}})
+    assert path.read_text() == edited
+    assert not (tmp_path / "plimsoll.yaml.bak").exists()
 
 
 def test_write_through_a_symlink_updates_the_file_it_points_to(tmp_path):
