@@ -163,6 +163,7 @@ def write_thresholds(config_path: Path, fragment: Fragment | None, knee: Replica
         raise ThresholdsError(f"{config_path}: changed while it was being updated, so not written: run again")
     backup = path.with_name(f"{path.name}.bak")
     try:
+        backup.unlink(missing_ok=True)  # a symlink there is removed, not written through to what it points at
         shutil.copy2(path, backup)
         write_atomically(path, updated, path.stat().st_mode & 0o7777)
     except OSError as error:

@@ -89,6 +89,17 @@ def test_write_keeps_the_previous_file_as_a_backup(tmp_path):
     assert backup.read_text() == CONFIG
 
 
+def test_a_backup_path_that_is_a_symlink_is_replaced_not_written_through(tmp_path):
+    path = tmp_path / "plimsoll.yaml"
+    path.write_text(CONFIG)
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("not yours to overwrite\n")
+    (tmp_path / "plimsoll.yaml.bak").symlink_to(elsewhere)
+    backup = write_thresholds(path, {"saturation": {"kv_usage": 0.8}}).backup
+    assert backup is not None and not backup.is_symlink() and backup.read_text() == CONFIG
+    assert elsewhere.read_text() == "not yours to overwrite\n"
+
+
 def test_write_adds_a_saturation_block_where_the_config_has_none(tmp_path):
     path = tmp_path / "plimsoll.yaml"
     path.write_text("# minimal\nnvml: false\n")
