@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from exporter.generate.autoscaling import FileLint
 
 
+# Of all the scaler folder's YAML together: generated files are a few kilobytes a workload, and the lint parses
+# about a mebibyte in six seconds, so a folder of thousands of large files would keep --check busy for hours.
+MAX_SCALER_FOLDER_CHARS = 4 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class Artifact:
     path: str  # relative to the output directory, e.g. "rules/plimsoll.rules.yaml"
@@ -76,12 +81,20 @@ def lint_scalers(config: Config, out: Path) -> "FileLint":
     files = sorted(path for path in folder.glob("*.y*ml") if path.is_file()) if folder.is_dir() else []
     problems: list[str] = []
     skipped: list[str] = []
+    total = 0
     for path in files:
         try:
             text = read_config_text(path, "scaler file")
         except ConfigError as error:
             problems += error.problems
             continue
+        total += len(text)
+        if total > MAX_SCALER_FOLDER_CHARS:
+            problems.append(
+                f"{folder}: over {MAX_SCALER_FOLDER_CHARS >> 20} MiB of YAML in all, so the lint stopped at "
+                f"{path.name}; scaler files are a few kilobytes each (is this the folder plimsoll generate writes?)"
+            )
+            break
         found = autoscaling.lint_file(str(path), text, models)
         problems += found.problems
         skipped += found.skipped

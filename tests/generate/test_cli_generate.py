@@ -3,6 +3,7 @@
 import os
 import stat
 
+from exporter import generate
 from exporter.cli import main
 from tests.conftest import TESTS
 
@@ -157,6 +158,18 @@ def test_check_refuses_an_alias_bomb_or_runaway_nesting_in_a_scaler_file_without
         "written (at most 100,000 more are allowed)); fix it or regenerate it",
         f"lint: {deep}: not YAML (not usable YAML: nested too deeply); fix it or regenerate it",
     ]
+
+
+def test_check_stops_linting_a_scaler_folder_past_its_size_budget_and_fails(tmp_path, capsys, monkeypatch):
+    main(["generate", "--config", str(EXAMPLE), "--out", str(tmp_path)])
+    folder = tmp_path / SCALERS
+    for index in range(50):
+        (folder / f"zz-{index:02}.yaml").write_text("kind: ConfigMap\n" + "# padding\n" * 3000)
+    monkeypatch.setattr(generate, "MAX_SCALER_FOLDER_CHARS", 1 << 20)
+    status, lines = _check(tmp_path, capsys)
+    assert status == 1
+    assert lines[-1].startswith(f"lint: {folder}: over 1 MiB of YAML in all, so the lint stopped at zz-")
+    assert len([line for line in lines if line.startswith("skipped: ")]) < 50
 
 
 def test_check_names_fields_a_hand_edit_made_the_wrong_type_without_a_traceback(tmp_path, capsys):
