@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 
 from exporter.capacity.plan import CapacityPlan
-from exporter.config import Config, ConfigError, Target, load_config
+from exporter.config import Config, ConfigError, Target, load_config, validate_duration
 from exporter.loadtest import runner, workload
 from exporter.loadtest.judge import StepSummary, settled, summarize, worth_extending
 from exporter.loadtest.measure import SloSpec, StepRun
@@ -32,7 +32,6 @@ from exporter.loadtest.progress import Progress, result_table, summary_lines
 from exporter.loadtest.search import Search, find_knee
 from exporter.loadtest.thresholds import ReplicaKnee, ThresholdsError, write_thresholds
 from exporter.target_model import model_plan, resolve
-from exporter.units import parse_duration
 
 EXIT_KNEE = 0
 EXIT_NO_ANSWER = 1
@@ -82,12 +81,9 @@ def parse_slos(text: str, objective: float) -> SloSpec:
             bare = value.strip()
             raise LoadtestInputError(f"--slo: {name}: {bare} has no unit: write {bare}ms or {bare}s")
         try:
-            seconds = parse_duration(value.strip())
+            thresholds[name] = validate_duration(value.strip())
         except ValueError as error:
             raise LoadtestInputError(f"--slo: {name}: {error}") from None
-        if seconds <= 0:
-            raise LoadtestInputError(f"--slo: {name}: {value.strip()!r} must be longer than zero")
-        thresholds[name] = seconds
     if not 0 < objective < 1:
         hint = f" (did you mean {objective / 100:g}?)" if 1 < objective < 100 else ""
         raise LoadtestInputError(f"--objective: {objective:g} is not a ratio between 0 and 1{hint}")
