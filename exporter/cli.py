@@ -324,8 +324,14 @@ def _generate(args: argparse.Namespace) -> int:
         for problem in scalers.problems:
             print(f"lint: {problem}")
         return 1 if differing or scalers.problems else EXIT_OK
-    for written in generate.write(items, out):
-        print(f"wrote {written}")
+    try:
+        written = generate.write(items, out)
+    except OSError as error:  # --out is a file, read-only, full: say which file, not a traceback
+        where = error.filename or out
+        print(f"plimsoll generate: --out {out}: cannot write {where} ({error.strerror})", file=sys.stderr)
+        return 1
+    for target in written:
+        print(f"wrote {target}")
     return EXIT_OK
 
 

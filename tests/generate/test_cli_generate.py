@@ -44,6 +44,17 @@ def test_check_says_stale_of_a_fifo_or_bytes_that_are_not_utf8_without_hanging_o
     assert [line.split(" (regenerate")[0] for line in lines] == [f"stale: {rules}", f"stale: {binary}"]
 
 
+def test_an_out_that_cannot_be_written_under_is_named_without_a_traceback(tmp_path, capsys):
+    not_a_folder = tmp_path / "out"
+    not_a_folder.write_text("a file\n")
+    assert main(["generate", "--config", str(EXAMPLE), "--out", str(not_a_folder)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"plimsoll generate: --out {not_a_folder}: cannot write {not_a_folder / 'rules'} (Not a directory)\n"
+    )
+    assert captured.out == ""
+
+
 def test_committed_artifacts_are_current():
     assert main(["generate", "--config", str(EXAMPLE), "--out", str(TESTS.parent), "--check"]) == 0
 
