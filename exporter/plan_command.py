@@ -10,7 +10,7 @@ from exporter.capacity.plan import PlanError, check_inputs, plan
 from exporter.catalog import gpu_presets, load_model, model_presets
 from exporter.cli_args import Formatter, positive_int
 from exporter.config import load_config
-from exporter.config.pricing import _gpu_hour_prices as gpu_hour_prices
+from exporter.config.pricing import validate_gpu_hour_prices
 from exporter.cost import GpuHourPrices, gpu_hour_price
 from exporter.plan_flags import add_deployment_flags, deployment_from_args, gpu_for
 from exporter.plan_output import fleet_table, plan_table
@@ -52,7 +52,7 @@ def _price_arg(text: str) -> tuple[str, float]:
     if not separator or not gpu.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is not GPU=PRICE with a price above 0 (e.g. H100-80GB=2.49)")
     try:
-        ((name, value),) = gpu_hour_prices({gpu.strip(): price})
+        ((name, value),) = validate_gpu_hour_prices({gpu.strip(): price})
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"{error} (e.g. H100-80GB=2.49)") from None
     return name, value

@@ -10,7 +10,7 @@ from exporter.units import value_kind
 _NVML_NAME_PREFIXES = ("NVIDIA ", "Tesla ", "Quadro ")
 
 
-def _gpu_hour_prices(value: Any) -> tuple[tuple[str, float], ...]:
+def validate_gpu_hour_prices(value: Any) -> tuple[tuple[str, float], ...]:
     if not isinstance(value, dict):
         raise ValueError(f"expected a map of GPU type to price per GPU-hour (H100-80GB: 2.49), got {value_kind(value)}")
     problems, prices = [], []
@@ -41,4 +41,4 @@ def _gpu_hour_prices(value: Any) -> tuple[tuple[str, float], ...]:
 def parse_pricing(r: Reader, raw: Any) -> tuple[tuple[str, float], ...]:
     data = r.mapping(raw, "pricing")
     r.unknown(data, "pricing", ("gpu_hour",))
-    return r.convert(data, "gpu_hour", "pricing.", _gpu_hour_prices, ())
+    return r.convert(data, "gpu_hour", "pricing.", validate_gpu_hour_prices, ())
