@@ -58,6 +58,7 @@ HISTORY_POINTS = 60  # Theil-Sen is O(n^2): 60 points cost ~0.5 ms an instance p
 USER_AGENT = f"plimsoll/{__version__}"
 MAX_REDIRECTS = 5
 _REDIRECTS = frozenset((301, 302, 303, 307, 308))
+TLS_FAILED = "TLS failed"  # how a fetch's detail begins where the TLS handshake failed
 # With no config, the engines' usual ports are probed this often; only those that accept a connection are polled.
 SCAN_INTERVAL_SECONDS = 60.0
 SCAN_CONNECT_TIMEOUT_SECONDS = 0.5
@@ -75,6 +76,7 @@ class Fetched:
     failure: str | None  # one of snapshot.FAILURE_REASONS
     detail: str | None  # the failure in words, for logs and /api/v1/state
     seconds: float
+    date: str | None = None  # the response's Date header: the answering server's clock
 
 
 def _origin(url: URL) -> tuple[str, str | None, int | None]:
@@ -94,8 +96,8 @@ async def fetch(
     would otherwise get the daemon, and the target's credentials, to request any address it names."""
     started = time.monotonic()
 
-    def done(text: str | None, failure: str | None, detail: str | None = None) -> Fetched:
-        return Fetched(text, failure, detail, time.monotonic() - started)
+    def done(text: str | None, failure: str | None, detail: str | None = None, date: str | None = None) -> Fetched:
+        return Fetched(text, failure, detail, time.monotonic() - started, date)
 
     current = URL(url)
     sent = {"User-Agent": USER_AGENT, **(headers or {})}
@@ -125,10 +127,12 @@ async def fetch(
                         body += chunk
                         if len(body) > max_bytes:
                             return done(None, "too_large", f"the page is over {max_bytes:,} bytes (max_response_size)")
-                    return done(body.decode("utf-8", errors="replace"), None)
+                    return done(body.decode("utf-8", errors="replace"), None, date=response.headers.get("Date"))
             return done(None, "redirect", f"more than {MAX_REDIRECTS} redirects")
     except TimeoutError:
         return done(None, "timeout", f"timeout after {timeout:g}s")
+    except aiohttp.ClientSSLError as error:
+        return done(None, "refused", f"{TLS_FAILED}: {error.os_error}")
     except aiohttp.ClientConnectorError as error:
         refused = isinstance(error.os_error, ConnectionRefusedError)
         return done(None, "refused", "connection refused" if refused else f"cannot connect: {error.os_error}")

@@ -6,26 +6,26 @@ a bad flag is a ValueError, which the CLI turns into exit 2.
 """
 
 import argparse
+import asyncio
 import base64
 import json
 import os
 import ssl
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from exporter import status_format
+from exporter import daemon, status_format
 from exporter.status_command import DEFAULT_URL, PASSWORD_ENV
 
 STATE_PATH = "/api/v1/state"
@@ -62,52 +62,121 @@ def state_url(url: str) -> str:
     return base if base.endswith(STATE_PATH) else base + STATE_PATH
 
 
-def _is_state(document: Any) -> bool:
-    return (
-        isinstance(document, dict)
-        and isinstance(document.get("targets"), list)
-        and isinstance(document.get("nvml"), dict)
-        and isinstance(document.get("saturation_kv_usage"), (int, float))
-    )
+class _Malformed(Exception):
+    """Where the document departs from a state's shape: "targets[0].up is not true or false"."""
 
 
-def fetch(request: Request) -> Fetched:
+_NUMBER = (int, float)
+_TEXT_OR_NULL = (str, type(None))
+
+
+def _field(mapping: Any, key: str, kinds: tuple[type, ...], what: str, where: str) -> Any:
+    if not isinstance(mapping, dict):
+        raise _Malformed(f"{where or 'the document'} is not an object")
+    value = mapping.get(key)
+    if not isinstance(value, kinds):
+        raise _Malformed(f"{where + '.' if where else ''}{key} is not {what}")
+    return value
+
+
+def _list(mapping: Any, key: str, where: str) -> list[Any]:
+    return _field(mapping, key, (list,), "a list", where)
+
+
+def _check_instance(instance: Any, where: str) -> None:
+    for key in ("engine", "dp_rank"):
+        _field(instance, key, (str,), "text", where)
+    _field(instance, "model", _TEXT_OR_NULL, "text or null", where)
+    eta = instance.get("saturation_eta_seconds")
+    if not (eta is None or eta in ("+Inf", "-Inf") or (isinstance(eta, _NUMBER) and not isinstance(eta, bool))):
+        raise _Malformed(f'{where}.saturation_eta_seconds is not seconds, "+Inf" or null')
+    reasons = instance.get("reasons", {})
+    if not isinstance(reasons, dict) or not all(isinstance(v, str) for v in reasons.values()):
+        raise _Malformed(f"{where}.reasons is not an object of text")
+    for n, point in enumerate(instance.get("kv_usage_history", ())):
+        if not (isinstance(point, list) and len(point) == 2 and all(isinstance(x, _NUMBER) for x in point)):
+            raise _Malformed(f"{where}.kv_usage_history[{n}] is not a [time, ratio] pair")
+
+
+def _check_state(document: Any) -> None:
+    """Raise _Malformed unless `document` has every field the rows read, of the type they read it as. A value
+    that is a number or null in a daemon's state and is something else here shows as missing, not an error."""
+    _field(document, "saturation_kv_usage", _NUMBER, "a number", "")
+    _field(document, "taken_at", _NUMBER, "a number", "")
+    for t, target in enumerate(_list(document, "targets", "")):
+        where = f"targets[{t}]"
+        _field(target, "target", (str,), "text", where)
+        _field(target, "up", (bool,), "true or false", where)
+        for key in ("engine", "last_failure", "last_error"):
+            _field(target, key, _TEXT_OR_NULL, "text or null", where)
+        for i, instance in enumerate(_list(target, "instances", where)):
+            _check_instance(instance, f"{where}.instances[{i}]")
+    nvml = _field(document, "nvml", (dict,), "an object", "")
+    _field(nvml, "up", (bool,), "true or false", "nvml")
+    for key in ("error", "driver_version"):
+        _field(nvml, key, _TEXT_OR_NULL, "text or null", "nvml")
+    for g, gpu in enumerate(_list(nvml, "gpus", "nvml")):
+        where = f"nvml.gpus[{g}]"
+        _field(gpu, "gpu", (str, int), "an index", where)
+        _field(gpu, "name", (str,), "text", where)
+        for key in ("used_bytes", "total_bytes"):
+            _field(gpu, key, _NUMBER, "a number", where)
+        for p, process in enumerate(_list(gpu, "processes", where)):
+            _field(process, "pid", (str, int), "a PID", f"{where}.processes[{p}]")
+            _field(process, "used_bytes", (*_NUMBER, type(None)), "a number or null", f"{where}.processes[{p}]")
+            _field(process, "target", _TEXT_OR_NULL, "text or null", f"{where}.processes[{p}]")
+
+
+def _unreadable(request: Request, fetched: daemon.Fetched) -> DaemonUnreadable:
+    """The one line for a fetch that brought no document back."""
+    url, detail = request.url, fetched.detail or fetched.failure
+    if fetched.failure == "timeout":
+        return DaemonUnreadable(f"{url}: no answer within {request.timeout_seconds:g}s")
+    if fetched.failure == "refused" and detail and detail.startswith(daemon.TLS_FAILED):
+        return DaemonUnreadable(f"{url}: {detail} (--ca-file names the CA of the daemon's certificate)")
+    if fetched.failure == "refused":
+        return DaemonUnreadable(f"cannot reach {url}: {detail} (is `plimsoll run` listening there?)")
+    if detail == "HTTP 401":
+        return DaemonUnreadable(
+            f"{url}: 401 Unauthorized (give --basic-auth-user and the password in {PASSWORD_ENV} or --password-file)"
+        )
+    if fetched.failure == "redirect":
+        return DaemonUnreadable(f"{url}: {detail} (give the daemon's own URL)")
+    if fetched.failure == "too_large":
+        detail = f"the answer is over {MAX_STATE_BYTES:,} bytes"
+    elif fetched.failure == "not_metrics":
+        detail = "the answer is a web page"
+    if fetched.failure == "error":
+        return DaemonUnreadable(f"{url}: {detail}")
+    return DaemonUnreadable(f"{url}: {detail}: not a Plimsoll daemon's state")
+
+
+async def _get(request: Request) -> daemon.Fetched:
     headers = {"Accept": "application/json"}
     if request.authorization:
         headers["Authorization"] = request.authorization
-    http_request = urllib.request.Request(request.url, headers=headers)
+    connector = aiohttp.TCPConnector(ssl=request.tls or True)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        return await daemon.fetch(session, request.url, request.timeout_seconds, MAX_STATE_BYTES, headers)
+
+
+def fetch(request: Request) -> Fetched:
+    """The daemon's state through the daemon's own fetch: one deadline for the whole answer, its size capped while
+    it is read, and redirects followed only within the daemon's origin (the password goes nowhere else)."""
+    fetched = asyncio.run(_get(request))
+    if fetched.text is None:
+        raise _unreadable(request, fetched)
     try:
-        with urllib.request.urlopen(http_request, timeout=request.timeout_seconds, context=request.tls) as response:
-            body = response.read(MAX_STATE_BYTES + 1)
-            date = response.headers.get("Date")
-    except urllib.error.HTTPError as error:
-        if error.code == 401:
-            raise DaemonUnreadable(
-                f"{request.url}: 401 Unauthorized (give --basic-auth-user and the password in {PASSWORD_ENV} or "
-                "--password-file)"
-            ) from None
-        raise DaemonUnreadable(f"{request.url}: HTTP {error.code}: not a Plimsoll daemon's state") from None
-    except urllib.error.URLError as error:
-        reason = error.reason
-        if isinstance(reason, ssl.SSLError):
-            raise DaemonUnreadable(
-                f"{request.url}: TLS failed: {reason.reason or reason} (--ca-file names the CA of the daemon's "
-                "certificate)"
-            ) from None
-        words = getattr(reason, "strerror", None) or str(reason)
-        raise DaemonUnreadable(f"cannot reach {request.url}: {words} (is `plimsoll run` listening there?)") from None
-    except TimeoutError:
-        raise DaemonUnreadable(f"{request.url}: no answer within {request.timeout_seconds:g}s") from None
-    except (OSError, ValueError) as error:
-        raise DaemonUnreadable(f"{request.url}: {error}") from None
+        document: Any = json.loads(fetched.text)
+        _check_state(document)
+    except (ValueError, RecursionError):  # RecursionError: arrays nested deeper than the parser goes
+        raise DaemonUnreadable(
+            f"{request.url}: the answer is not JSON: not a Plimsoll daemon's state (wrong port?)"
+        ) from None
+    except _Malformed as malformed:
+        raise DaemonUnreadable(f"{request.url}: {malformed}: not a Plimsoll daemon's state (wrong port?)") from None
     try:
-        document: Any = json.loads(body) if len(body) <= MAX_STATE_BYTES else None
-    except ValueError:
-        document = None
-    if not _is_state(document):
-        raise DaemonUnreadable(f"{request.url}: the answer is not a Plimsoll daemon's state (wrong port?)")
-    try:
-        now = parsedate_to_datetime(date).timestamp() if date else time.time()
+        now = parsedate_to_datetime(fetched.date).timestamp() if fetched.date else time.time()
     except (TypeError, ValueError):
         now = time.time()
     return Fetched(document, now)

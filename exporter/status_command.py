@@ -1,5 +1,5 @@
 """`plimsoll status [URL]`: its flags. The work is in exporter/status_client.py, loaded only when the command
-runs (rich, ssl and urllib cost every other command nothing)."""
+runs (rich, aiohttp and the daemon's fetch cost every other command nothing)."""
 
 import argparse
 
