@@ -123,6 +123,13 @@ def test_a_redirect_to_another_origin_is_not_followed_with_the_password(hostile)
     assert server.elsewhere_requests == [], "the redirect was followed"
 
 
+def _with_instance(**fields: Any) -> dict[str, Any]:
+    """A good state whose one up target has one vLLM instance carrying `fields`."""
+    instance = {"engine": "vllm", "dp_rank": "0", "model": "m", **fields}
+    target = {"target": "a", "up": True, "engine": "vllm", "last_failure": None, "last_error": None}
+    return {**GOOD_STATE, "targets": [{**target, "instances": [instance]}]}
+
+
 @pytest.mark.parametrize(
     ("document", "named"),
     [
@@ -135,49 +142,11 @@ def test_a_redirect_to_another_origin_is_not_followed_with_the_password(hostile)
             "targets[0].up is not true or false",
         ),
         (
-            {
-                **GOOD_STATE,
-                "targets": [
-                    {
-                        "target": "a",
-                        "up": True,
-                        "engine": "vllm",
-                        "last_failure": None,
-                        "last_error": None,
-                        "instances": [
-                            {
-                                "engine": "vllm",
-                                "dp_rank": "0",
-                                "model": "m",
-                                "saturation_eta_seconds": "soon",
-                            }
-                        ],
-                    }
-                ],
-            },
+            _with_instance(saturation_eta_seconds="soon"),
             "targets[0].instances[0].saturation_eta_seconds is not seconds",
         ),
         (
-            {
-                **GOOD_STATE,
-                "targets": [
-                    {
-                        "target": "a",
-                        "up": True,
-                        "engine": "vllm",
-                        "last_failure": None,
-                        "last_error": None,
-                        "instances": [
-                            {
-                                "engine": "vllm",
-                                "dp_rank": "0",
-                                "model": "m",
-                                "kv_usage_history": [[1.0, 0.5]] * 9 + ["x"],
-                            }
-                        ],
-                    }
-                ],
-            },
+            _with_instance(kv_usage_history=[[1.0, 0.5]] * 9 + ["x"]),
             "targets[0].instances[0].kv_usage_history[9] is not a [time, ratio] pair",
         ),
         (
