@@ -131,16 +131,23 @@ def _add_generate(commands: argparse._SubParsersAction) -> None:
 def _add_loadtest(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "loadtest",
-        help="find the knee: the highest concurrency at which the SLOs hold, and thresholds from it",
+        help="find the saturation point and the SLO knee, and thresholds from the lower",
         formatter_class=Formatter,
         description="Drives an OpenAI-compatible server (streaming) with closed-loop concurrency 1, 2, 4, ... then "
-        "bisection, judges each step by SLO attainment with a 95%% interval, reads the engine's /metrics while it "
-        "runs, and writes result.json, report.html and thresholds.yaml under --out. Exit 0 with a knee, 1 when "
-        "the run found none or could not run (the message says why), 2 for bad input, 130 after Ctrl-C (what was "
-        "measured is written). API key: PLIMSOLL_API_KEY or --api-key-file.",
+        "bisection, and finds two answers: the saturation point (where the engine's own metrics show it cannot "
+        "hold the load) and the SLO knee (the highest concurrency meeting the SLOs, judged by a sequential test). "
+        "Writes result.json, report.html and thresholds.yaml under --out. Exit 0 with an answer, 1 when the run "
+        "found none or could not run (the message says why; nothing is written), 2 for bad input, 130 after Ctrl-C "
+        "(what was measured is written). API key: PLIMSOLL_API_KEY or --api-key-file.",
     )
     env_twin(p, "--url", "PLIMSOLL_LOADTEST_URL", help="the server's base URL, e.g. http://127.0.0.1:8000")
-    env_twin(p, "--slo", "PLIMSOLL_LOADTEST_SLO", help="thresholds, each with a unit: ttft=500ms,itl=50ms")
+    env_twin(
+        p,
+        "--slo",
+        "PLIMSOLL_LOADTEST_SLO",
+        required=False,
+        help="thresholds, each with a unit: ttft=500ms,itl=50ms (none: the saturation point alone)",
+    )
     env_twin(
         p,
         "--objective",
@@ -161,7 +168,23 @@ def _add_loadtest(commands: argparse._SubParsersAction) -> None:
         "--dataset", metavar="FILE.jsonl", help="requests to replay: {prompt|messages, max_tokens} a line"
     )
     workload.add_argument("--ignore-eos", action="store_true", help="ask the server to generate every max token")
+    workload.add_argument(
+        "--allow-short-answers",
+        action="store_true",
+        help="an answer shorter than its max tokens is good (default: an error, so a server that stops early "
+        "cannot pass)",
+    )
+    workload.add_argument(
+        "--unique-prompts",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="open each prompt with a marker of the run and request, so no prefix is ever cached "
+        "(--no-unique-prompts sends --dataset prompts as written)",
+    )
     workload.add_argument("--seed", type=int, default=0, help="seed of the synthetic prompts and lengths")
+    workload.add_argument(
+        "--save-requests", metavar="FILE.csv|FILE.jsonl", help="write every measured request's record there"
+    )
     server = p.add_argument_group("server")
     server.add_argument("--endpoint", default="completions", choices=["completions", "chat"])
     env_twin(p, "--served-model", "PLIMSOLL_LOADTEST_SERVED_MODEL", help="default: the first of /v1/models")
@@ -169,6 +192,9 @@ def _add_loadtest(commands: argparse._SubParsersAction) -> None:
     server.add_argument("--api-key-file", metavar="FILE", help="a file holding the API key (bearer token)")
     search = p.add_argument_group("search")
     search.add_argument("--max-concurrency", type=positive_int, default=512, help="the highest concurrency tried")
+    search.add_argument(
+        "--concurrency", metavar="N,N,...", help="run exactly these concurrencies, in order, instead of searching"
+    )
     search.add_argument("--tolerance", type=float, default=0.1, help="bisection stops within this share of the knee")
     search.add_argument("--step-duration", type=duration_arg, default="30s", help="measured part of each step")
     search.add_argument(
@@ -177,6 +203,12 @@ def _add_loadtest(commands: argparse._SubParsersAction) -> None:
     search.add_argument("--max-duration", type=duration_arg, default="15m", help="the whole run's time limit")
     search.add_argument("--request-timeout", type=duration_arg, default="60s", help="one request's time limit")
     search.add_argument("--stall-timeout", type=duration_arg, default="15s", help="longest silence mid-stream")
+    search.add_argument(
+        "--ready-timeout",
+        type=duration_or_zero_arg,
+        default="30s",
+        help="how long to wait for /health and /v1/models to answer before the first step",
+    )
     model = p.add_argument_group("capacity model (compared with the knee)")
     model.add_argument("--model", help="preset name or Hugging Face config.json, as for plimsoll plan")
     model.add_argument("--gpu", help="GPU preset (default H100-80GB), with --model")

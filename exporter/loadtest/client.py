@@ -3,6 +3,10 @@
 TTFT is the time to the first chunk that carries text, each ITL gap the time between two such chunks, and the
 token counts are the server's own `usage` (asked for with `stream_options.include_usage`), so no tokenizer is
 needed. Whatever goes wrong becomes the record's `error`; `send` never raises for what the server does.
+
+An answer with no text is an error ("empty answer"), and so is one shorter than `max_tokens` by the server's own
+count ("short answer") unless the caller accepts early stops: a server that stops generating must not pass an
+ITL objective it never had to meet.
 """
 
 import asyncio
@@ -17,6 +21,10 @@ import aiohttp
 from exporter.loadtest.measure import RequestRecord
 
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+# The reasons a request failed because the connection did, not the server's answer: all of a step's requests
+# failing so means the server is gone.
+CONNECTION_FAILURES = frozenset({"connection refused", "cannot connect", "connection lost"})
 
 # A chat message as the API takes it: {"role": ..., "content": ...}.
 Message = Mapping[str, str]
@@ -112,6 +120,15 @@ class _Stream:
         )
 
 
+def _incomplete(stream: _Stream, max_tokens: int, allow_short: bool) -> Failure | None:
+    """An answer that streamed no text, or (unless early stops are allowed) fewer tokens than asked for."""
+    if stream.ttft is None or stream.output_tokens == 0:
+        return Failure("empty answer", "the server streamed no text")
+    if not allow_short and stream.output_tokens is not None and stream.output_tokens < max_tokens:
+        return Failure("short answer", f"{stream.output_tokens} of {max_tokens} tokens")
+    return None
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -142,11 +159,21 @@ async def send(
     *,
     sent_at: float = 0.0,
     ignore_eos: bool = False,
+    allow_short: bool = False,
     clock: Callable[[], float] = time.monotonic,
 ) -> RequestRecord:
     """Send one streamed request and measure it; `sent_at` is stored as given (the caller's step clock)."""
     record, _ = await send_explained(
-        session, endpoint, model, prompt, max_tokens, limits, sent_at=sent_at, ignore_eos=ignore_eos, clock=clock
+        session,
+        endpoint,
+        model,
+        prompt,
+        max_tokens,
+        limits,
+        sent_at=sent_at,
+        ignore_eos=ignore_eos,
+        allow_short=allow_short,
+        clock=clock,
     )
     return record
 
@@ -161,6 +188,7 @@ async def send_explained(
     *,
     sent_at: float = 0.0,
     ignore_eos: bool = False,
+    allow_short: bool = False,
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[RequestRecord, Failure | None]:
     """`send`, also returning the failure with the server's own words (the preflight check explains them)."""
@@ -169,6 +197,7 @@ async def send_explained(
     try:
         async with asyncio.timeout(limits.total_seconds):
             failure = await _exchange(session, endpoint, body, limits, stream, clock)
+        failure = failure or _incomplete(stream, max_tokens, allow_short)
     except TimeoutError:
         failure = Failure("timeout", f"no complete answer within {limits.total_seconds:g}s")
     except aiohttp.ClientConnectorError as error:
@@ -251,6 +280,8 @@ def _event_line(line: bytes, kind: str, stream: _Stream, now: float) -> Failure 
         payload = json.loads(data)
     except ValueError:
         return Failure("bad response: a chunk is not JSON", data[:200])
+    except RecursionError:
+        return Failure("bad response: a chunk nested too deeply to read")
     return stream.chunk(kind, payload, now)
 
 

@@ -8,14 +8,10 @@ report.html and thresholds.yaml, also after Ctrl-C (exit 130) so a partial run i
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
-import signal
 import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,12 +20,18 @@ from rich.console import Console
 from exporter.capacity.plan import CapacityPlan
 from exporter.config import Config, ConfigError, Target, load_config, validate_duration
 from exporter.loadtest import runner, workload
-from exporter.loadtest.judge import StepSummary, settled, summarize, worth_extending
-from exporter.loadtest.measure import SloSpec, StepRun
-from exporter.loadtest.model import mean_footprint_tokens, model_prediction
-from exporter.loadtest.outputs import RunResult, RunSettings, WrittenOutputs, result_document, write_outputs
+from exporter.loadtest.measure import SloSpec
+from exporter.loadtest.model import model_prediction
+from exporter.loadtest.outputs import (
+    RunResult,
+    RunSettings,
+    WrittenOutputs,
+    result_document,
+    write_outputs,
+    write_requests,
+)
 from exporter.loadtest.progress import Progress, result_table, summary_lines
-from exporter.loadtest.search import Search, find_knee
+from exporter.loadtest.steps import Outcome, SearchSettings, run_steps
 from exporter.loadtest.thresholds import ReplicaKnee, ThresholdsError, write_thresholds
 from exporter.target_model import model_plan, resolve
 
@@ -53,6 +55,8 @@ class LoadtestSettings:
     slos: SloSpec
     max_concurrency: int
     tolerance: float
+    levels: tuple[int, ...]  # --concurrency: these levels in order, no search
+    save_requests: Path | None  # --save-requests: every request's record, CSV or JSON lines
     margin: float
     out_dir: Path
     output_format: str  # "table" | "json"
@@ -64,10 +68,11 @@ class LoadtestSettings:
     lead_time_seconds: float
 
 
-def parse_slos(text: str, objective: float) -> SloSpec:
-    """--slo "ttft=500ms,itl=50ms": each threshold named, each with its unit; at least one."""
+def parse_slos(text: str | None, objective: float) -> SloSpec:
+    """--slo "ttft=500ms,itl=50ms": each threshold named, each with its unit. None: no latency objective (a request
+    is good when it completes whole, and the saturation point is the answer)."""
     thresholds: dict[str, float] = {}
-    for item in (part.strip() for part in text.split(",")):
+    for item in (part.strip() for part in text.split(",")) if text is not None else ():
         name, equals, value = item.partition("=")
         name = name.strip().lower()
         if not equals or not value.strip():
@@ -156,7 +161,10 @@ def settings_from_args(args: argparse.Namespace, flag_plan: CapacityPlan | None)
         step_seconds=args.step_duration,
         warmup_seconds=args.warmup,
         max_duration_seconds=args.max_duration,
+        ready_timeout_seconds=args.ready_timeout,
         ignore_eos=args.ignore_eos,
+        allow_short_answers=args.allow_short_answers,
+        unique_prompts=args.unique_prompts,
         api_key=_api_key(args.api_key_file),
     )
     if args.max_concurrency < 1:
@@ -170,6 +178,8 @@ def settings_from_args(args: argparse.Namespace, flag_plan: CapacityPlan | None)
         slos=slos,
         max_concurrency=args.max_concurrency,
         tolerance=args.tolerance,
+        levels=_levels(args.concurrency),
+        save_requests=_save_requests(args.save_requests),
         margin=args.margin,
         out_dir=Path(args.out),
         output_format=args.format,
@@ -180,6 +190,28 @@ def settings_from_args(args: argparse.Namespace, flag_plan: CapacityPlan | None)
         write=args.write,
         lead_time_seconds=config.lead_time_seconds if config is not None else Config().lead_time_seconds,
     )
+
+
+def _levels(text: str | None) -> tuple[int, ...]:
+    """--concurrency 1,4,16: whole numbers of at least 1, each once."""
+    if text is None:
+        return ()
+    levels = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item.isdigit() or int(item) < 1:
+            raise LoadtestInputError(f"--concurrency: {item!r} is not a concurrency (a whole number of at least 1)")
+        if int(item) in levels:
+            raise LoadtestInputError(f"--concurrency: {item} is given twice")
+        levels.append(int(item))
+    return tuple(levels)
+
+
+def _save_requests(path: str | None) -> Path | None:
+    if path is None:
+        return None
+    if not path.endswith((".csv", ".jsonl")):
+        raise LoadtestInputError(f"--save-requests: {path!r} must end in .csv or .jsonl (the format it is written in)")
+    return Path(path)
 
 
 def _checked_url(url: str | None, flag: str = "--url") -> str:
@@ -197,25 +229,15 @@ def _api_key(key_file: str | None) -> str | None:
         raise LoadtestInputError(str(error)) from None
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    search: Search
-    model: str
-    engine_capacity_tokens: int | None
-    engine_block_size: int | None  # the engine allocates whole blocks: a request holds its footprint rounded up
-    footprint_tokens: float  # mean prompt + output tokens of the knee's requests (of every step without a knee)
-    notes: tuple[str, ...]
-    interrupted: bool
-
-
 def run_loadtest(settings: LoadtestSettings) -> int:
     """Run the search, write the outputs, print the table or the document; the exit status."""
     # Logs and pipes get whole lines: rich would wrap them at 80 columns where it cannot ask a terminal.
     progress_console = Console(stderr=True, soft_wrap=True)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    search = SearchSettings(settings.slos, settings.max_concurrency, settings.tolerance, settings.levels)
     with Progress(progress_console) as progress:
         try:
-            outcome = asyncio.run(_search(settings, progress))
+            outcome = asyncio.run(run_steps(settings.run, search, progress))
         except runner.LoadtestError as error:
             print(f"plimsoll loadtest: {error}", file=sys.stderr)
             return EXIT_NO_ANSWER
@@ -225,6 +247,8 @@ def run_loadtest(settings: LoadtestSettings) -> int:
             return EXIT_INTERRUPTED
     result = _result(settings, outcome, started_at)
     written = write_outputs(settings.out_dir, result)
+    if settings.save_requests is not None:
+        write_requests(settings.save_requests, outcome.step_runs, settings.slos)
     document = result_document(result)
     messages = _write_back(settings, result, written)
     if settings.output_format == "json":
@@ -240,7 +264,7 @@ def run_loadtest(settings: LoadtestSettings) -> int:
         print(f"plimsoll loadtest: {message}", file=sys.stderr)
     if outcome.interrupted:
         return EXIT_INTERRUPTED
-    return EXIT_KNEE if outcome.search.knee is not None else EXIT_NO_ANSWER
+    return EXIT_KNEE if outcome.search.operating_point is not None else EXIT_NO_ANSWER
 
 
 def _paths(written: WrittenOutputs) -> list[str]:
@@ -256,7 +280,7 @@ def _write_back(settings: LoadtestSettings, result: RunResult, written: WrittenO
     if result.interrupted:
         return [f"--write: {config} left unchanged: the run was interrupted"]
     fragment = result.thresholds.fragment()
-    knee = result.search.knee
+    knee = result.search.operating_point
     models = tuple(dict.fromkeys(m for m in (settings.target_model, result.settings.model) if m))
     replica_knee = None if knee is None else ReplicaKnee(knee.concurrency, models)
     if fragment is None and replica_knee is None:
@@ -285,14 +309,14 @@ def _write_back(settings: LoadtestSettings, result: RunResult, written: WrittenO
     return messages
 
 
-def _result(settings: LoadtestSettings, outcome: _Outcome, started_at: str) -> RunResult:
+def _result(settings: LoadtestSettings, outcome: Outcome, started_at: str) -> RunResult:
     search = outcome.search
-    knee = search.knee
+    point = search.operating_point
     prediction = model_prediction(
         settings.capacity_plan,
         outcome.engine_capacity_tokens,
         outcome.footprint_tokens,
-        knee.concurrency if knee is not None else None,
+        point.concurrency if point is not None else None,
         outcome.engine_block_size,
     )
     run = settings.run
@@ -314,90 +338,3 @@ def _result(settings: LoadtestSettings, outcome: _Outcome, started_at: str) -> R
         interrupted=outcome.interrupted,
         notes=outcome.notes,
     )
-
-
-@contextlib.contextmanager
-def _ctrl_c_interrupts(loop: asyncio.AbstractEventLoop, interrupt: Callable[[], None]) -> Iterator[None]:
-    """While the search runs, Ctrl-C (or SIGINT) ends the step in progress instead of killing the process, so
-    what was measured is written; a second Ctrl-C is the usual immediate stop."""
-
-    def first() -> None:
-        interrupt()
-        loop.remove_signal_handler(signal.SIGINT)
-
-    loop.add_signal_handler(signal.SIGINT, first)
-    try:
-        yield
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
-
-
-async def _search(settings: LoadtestSettings, progress: Progress) -> _Outcome:
-    loop = asyncio.get_running_loop()
-    notes: list[str] = []
-    async with runner.open_run(settings.run) as run:
-        if run.engine.error is not None:
-            notes.append(f"engine metrics unreachable at the start, the run goes on without them: {run.engine.error}")
-        progress.message(
-            f"load-testing {settings.run.url} ({run.model}, engine {run.engine.engine or 'unknown'}): "
-            f"objective {settings.slos.objective:g}, up to concurrency {settings.max_concurrency}"
-        )
-        stopped_by_time_limit = False
-        # The requests of each step, kept for the request footprint the model comparison divides by.
-        step_runs: dict[int, StepRun] = {}
-
-        async def step(concurrency: int) -> StepSummary:
-            nonlocal stopped_by_time_limit
-            progress.step_started(concurrency, settings.run.warmup_seconds + settings.run.step_seconds)
-            step_run = await runner.run_step(
-                settings.run,
-                concurrency,
-                run,
-                stop_early=lambda records: settled(records, settings.slos),
-                keep_going=lambda records: worth_extending(records, settings.slos),
-            )
-            step_runs[concurrency] = step_run
-            summary = summarize(step_run, settings.slos)
-            if time.monotonic() >= run.deadline and not step_run.interrupted:
-                # The time limit cut this step short: it ends the search like Ctrl-C, but the run was not
-                # interrupted by the user, so it is said in a note and the exit status stays the answer's.
-                stopped_by_time_limit = True
-                summary = replace(summary, interrupted=True)
-            progress.step_finished(summary)
-            return summary
-
-        with _ctrl_c_interrupts(loop, run.interrupt):
-            search = await find_knee(step, settings.max_concurrency, settings.tolerance)
-        notes.extend(_step_notes(search))
-        if stopped_by_time_limit:
-            notes.append(
-                f"the run's time limit (--max-duration {settings.run.max_duration_seconds:g}s) ended the search: "
-                "the knee is the highest concurrency that passed before it, a lower bound"
-            )
-        return _Outcome(
-            search=search,
-            model=run.model,
-            engine_capacity_tokens=run.engine.capacity_tokens,
-            engine_block_size=run.engine.block_size,
-            footprint_tokens=_footprint(search, step_runs),
-            notes=tuple(notes),
-            interrupted=run.interrupted.is_set(),
-        )
-
-
-def _footprint(search: Search, step_runs: dict[int, StepRun]) -> float:
-    measured = [search.knee.concurrency] if search.knee is not None else list(step_runs)
-    return mean_footprint_tokens([record for c in measured for record in step_runs[c].requests])
-
-
-def _step_notes(search: Search) -> list[str]:
-    notes = []
-    for step in search.steps:
-        if step.verdict == "unsure" and not step.interrupted:
-            notes.append(
-                f"concurrency {step.concurrency} stayed unsure after extending the step "
-                f"({step.requests} requests): the point estimate decided ({'pass' if step.passed else 'fail'})"
-            )
-        if step.engine_error is not None:
-            notes.append(f"concurrency {step.concurrency}: {step.engine_error}")
-    return notes

@@ -1,14 +1,22 @@
-"""Judging a load step: which requests met the SLOs, how sure we are of the share, and what the step measured.
+"""Judging a load step: which requests met the SLOs, whether the step passes, and what the step measured.
 
-A request is good when it completed and met every latency threshold that is set; errors and timeouts are misses,
-never dropped. The share of good requests (SLO attainment) is judged with a 95% Wilson score interval rather than
-the point estimate alone, because a step at low concurrency sees few requests:
+A request is good when it completed, streamed the tokens it was asked for, and met every latency threshold that is
+set; errors, timeouts, empty and short answers are misses, never dropped.
 
-- "fail" when even the interval's upper bound is under the objective: certain, so a step may end early once it has
-  `EARLY_FAIL_MIN_REQUESTS`;
-- "pass" when the step saw `min_requests(objective)` requests and the point estimate meets the objective;
-- "unsure" otherwise: the runner extends the step, and if it is still unsure the point estimate decides
-  (`StepSummary.passed`) and the result says so.
+Whether a step meets the objective is decided by Wald's sequential probability ratio test on the miss rate, which
+keeps its error rates however often it is looked at. It tests a miss rate of half the allowed one (the server
+meets the objective with room: "pass") against twice the allowed one ("fail"); at objective 0.99 that is 99.5%
+against 98%. The step may stop as soon as the ratio crosses the fail boundary, and passes once it crosses the pass
+boundary; a step that reaches neither by its end is "unsure", and its point estimate decides (the notes say so).
+Looks take only the requests sent before the oldest one still in flight, in the order they were sent, so the
+slowest requests (the likely misses) are never judged after the fast ones that overtook them.
+
+`SequentialTest.ALPHA` (a server with room failed) and `BETA` (a server at twice the allowed miss rate passed) are
+the nominal error rates; the rates measured on the stochastic simulator are in tests/loadtest/test_statistics.py.
+
+A step is saturated, by the engine's own account, when requests waited in at least a tenth of its samples while
+the KV cache was at its ceiling, or the engine preempted: the engine could not hold the load it was offered. The
+search adds the throughput plateau, which needs the steps around it (exporter.loadtest.search).
 """
 
 import math
@@ -20,19 +28,71 @@ from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, Step
 
 Verdict = Literal["pass", "fail", "unsure"]
 FailingSlo = Literal["ttft", "itl", "errors"]
+EngineSignal = Literal["kv_full", "queue", "preemptions"]
 
-# z for a two-sided 95% interval.
+# z for a two-sided 95% interval: the attainment interval shown beside each step (descriptive; the test decides).
 _Z95 = 1.959963984540054
-# Below this many requests one early miss is too likely to be bad luck to stop a step on.
-EARLY_FAIL_MIN_REQUESTS = 10
 # A step still unsure at its planned end runs on up to this multiple of its duration.
 MAX_EXTENSION = 2.0
+# KV usage at or above this share is the pool's ceiling: a block pool is never 100% used (vLLM keeps a null block,
+# and whole-block requests leave a remainder), so "full" is near 1, not 1.
+KV_FULL_RATIO = 0.95
+# Requests waiting in at least this share of the step's engine samples is a queue that persists. On the test engine
+# a level under its pool showed none in any sample, and the first level over it 19-62% (one request waits for the
+# next to finish); a transient admission wait on a fast engine is no saturation without a full pool or a plateau.
+QUEUE_SAMPLE_SHARE = 0.1
 
 
-def min_requests(objective: float) -> int:
-    """Requests a step needs before it may pass: enough that 3 misses are expected at the objective (0.99 -> 300)."""
-    # Rounded before ceil: 3 / (1 - 0.9) is 30.000000000000004 in floating point.
-    return max(20, math.ceil(round(3 / (1 - objective), 6)))
+@dataclass(frozen=True)
+class SequentialTest:
+    """Wald's SPRT of a miss rate `pass_rate` (half the objective's allowance) against `fail_rate` (twice it)."""
+
+    objective: float
+    ALPHA = 0.05  # nominal chance of failing a step whose true miss rate is pass_rate
+    BETA = 0.05  # nominal chance of passing a step whose true miss rate is fail_rate
+
+    @property
+    def pass_rate(self) -> float:
+        return (1 - self.objective) / 2
+
+    @property
+    def fail_rate(self) -> float:
+        allowed = 1 - self.objective
+        # Twice the allowance, or halfway to 1 where twice would reach it (objectives at or under 0.5).
+        return min(2 * allowed, (1 + allowed) / 2)
+
+    @property
+    def fail_boundary(self) -> float:
+        return math.log((1 - self.BETA) / self.ALPHA)
+
+    @property
+    def pass_boundary(self) -> float:
+        return math.log(self.BETA / (1 - self.ALPHA))
+
+    @property
+    def _per_miss(self) -> float:
+        return math.log(self.fail_rate / self.pass_rate)
+
+    @property
+    def _per_good(self) -> float:
+        return math.log((1 - self.fail_rate) / (1 - self.pass_rate))  # negative
+
+    def log_ratio(self, good: int, total: int) -> float:
+        """The log likelihood ratio of failing to passing after `total` requests of which `good` were good."""
+        return (total - good) * self._per_miss + good * self._per_good
+
+    def verdict(self, good: int, total: int) -> Verdict:
+        ratio = self.log_ratio(good, total)
+        if ratio >= self.fail_boundary:
+            return "fail"
+        if ratio <= self.pass_boundary:
+            return "pass"
+        return "unsure"
+
+    def good_requests_to_pass(self, good: int, total: int) -> int:
+        """How many more good requests in a row would bring the test to a pass (0 when it has passed)."""
+        gap = self.log_ratio(good, total) - self.pass_boundary
+        return max(0, math.ceil(round(gap / -self._per_good, 9)))
 
 
 def wilson_interval(good: int, total: int) -> tuple[float, float]:
@@ -44,15 +104,6 @@ def wilson_interval(good: int, total: int) -> tuple[float, float]:
     centre = (share + z2 / (2 * total)) / (1 + z2 / total)
     half = _Z95 * math.sqrt(share * (1 - share) / total + z2 / (4 * total * total)) / (1 + z2 / total)
     return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def verdict(good: int, total: int, objective: float) -> Verdict:
-    _, high = wilson_interval(good, total)
-    if total > 0 and high < objective:
-        return "fail"
-    if total >= min_requests(objective) and good / total >= objective:
-        return "pass"
-    return "unsure"
 
 
 def misses(record: RequestRecord, slos: SloSpec) -> tuple[FailingSlo, ...]:
@@ -69,39 +120,37 @@ def misses(record: RequestRecord, slos: SloSpec) -> tuple[FailingSlo, ...]:
     return tuple(reasons)
 
 
-def early_failure(requests: Sequence[RequestRecord], slos: SloSpec) -> str | None:
-    """Why a step running now is certainly failing (the StepRun.ended_early text), or None while it may pass."""
-    total = len(requests)
-    if total < EARLY_FAIL_MIN_REQUESTS:
+def _good(records: Iterable[RequestRecord], slos: SloSpec) -> int:
+    return sum(1 for record in records if not misses(record, slos))
+
+
+def judged_so_far(records: Sequence[RequestRecord], oldest_in_flight: float | None) -> list[RequestRecord]:
+    """The requests a look may judge: those sent before the oldest request still in flight (its `sent_at`, None when
+    none is), in the order they were sent."""
+    ordered = sorted(records, key=lambda record: record.sent_at)
+    if oldest_in_flight is None:
+        return ordered
+    return [record for record in ordered if record.sent_at < oldest_in_flight]
+
+
+def certainly_failing(judged: Sequence[RequestRecord], slos: SloSpec) -> str | None:
+    """Why a running step is certainly failing (the StepRun.ended_early text), or None while it may pass."""
+    test = SequentialTest(slos.objective)
+    good = _good(judged, slos)
+    if test.verdict(good, len(judged)) != "fail":
         return None
-    good = sum(1 for record in requests if not misses(record, slos))
-    _, high = wilson_interval(good, total)
-    if high >= slos.objective:
-        return None
-    return f"certainly failing: upper bound {high:.2f} < {slos.objective:g} after {total} requests"
+    return f"certainly failing: {len(judged) - good} of {len(judged)} requests missed (sequential test)"
 
 
-def settled(requests: Sequence[RequestRecord], slos: SloSpec) -> str | None:
-    """Why a running step may end now (the StepRun.ended_early text), or None while its verdict is open: certainly
-    failing, or passing with the requests a pass needs, where running on would only refine a share already at the
-    objective. Ending at the first moment a pass is reached favours a lucky moment a little; needing the requests
-    in which 3 misses are expected at the objective keeps that small."""
-    failing = early_failure(requests, slos)
-    if failing is not None:
-        return failing
-    good = sum(1 for record in requests if not misses(record, slos))
-    if verdict(good, len(requests), slos.objective) == "pass":
-        return f"passing: {good} of {len(requests)} requests met the SLOs"
-    return None
-
-
-def worth_extending(requests: Sequence[RequestRecord], slos: SloSpec) -> bool:
-    """Whether a step still unsure at its planned end should run on: only when MAX_EXTENSION times its length can
-    reach the requests a pass needs at the rate seen so far. A step at low concurrency that cannot (at 0.99 a pass
-    needs 300 requests) would spend the extension and still be decided by its point estimate."""
-    good = sum(1 for record in requests if not misses(record, slos))
-    unsure = verdict(good, len(requests), slos.objective) == "unsure"
-    return unsure and len(requests) * MAX_EXTENSION >= min_requests(slos.objective)
+def worth_extending(judged: Sequence[RequestRecord], slos: SloSpec, extension_share: float) -> bool:
+    """Whether a step still unsure at its planned end should run on: only when the extension, `extension_share` of
+    the time run so far, can bring the good requests a pass needs at the rate seen so far. A step at low
+    concurrency that cannot would spend the extension and still be decided by its point estimate."""
+    test = SequentialTest(slos.objective)
+    good, total = _good(judged, slos), len(judged)
+    if test.verdict(good, total) != "unsure":
+        return False
+    return total * extension_share >= test.good_requests_to_pass(good, total)
 
 
 @dataclass(frozen=True)
@@ -115,11 +164,14 @@ class StepSummary:
     kv_cache_usage_max: float | None
     requests_waiting: float | None  # mean of the samples
     requests_running: float | None
+    waiting_sample_share: float | None  # share of the engine's samples with a request waiting
     preemptions: float | None  # increase over the step
+    engine_signals: tuple[EngineSignal, ...]  # what the engine's samples say of its load, in a fixed order
     ttft_p50_seconds: float | None
     ttft_p99_seconds: float | None
     itl_p50_seconds: float | None  # over every gap of every request
     itl_p99_seconds: float | None
+    e2e_p50_seconds: float | None
     e2e_p99_seconds: float | None
     slo_attainment: float | None  # None without requests
     attainment_low: float
@@ -127,6 +179,7 @@ class StepSummary:
     requests: int
     errors: int
     duration_seconds: float
+    warmup_seconds: float
     verdict: Verdict
     passed: bool  # the verdict, or the point estimate where the verdict is "unsure"
     failing_slo: FailingSlo | None  # the criterion that lost most requests
@@ -135,6 +188,35 @@ class StepSummary:
     interrupted: bool
     engine: tuple[EngineSample, ...]
     engine_error: str | None
+
+    @property
+    def engine_saturated(self) -> bool:
+        """The engine could not hold the load: a queue that persisted with the KV cache at its ceiling, or
+        preemptions."""
+        signals = set(self.engine_signals)
+        return "preemptions" in signals or {"queue", "kv_full"} <= signals
+
+
+def engine_signals(run: StepRun) -> tuple[EngineSignal, ...]:
+    """kv_full (p90 usage at the ceiling), queue (requests waiting in a tenth of the samples at least),
+    preemptions (the counter rose)."""
+    usage = sorted(_present(s.kv_cache_usage_ratio for s in run.engine))
+    p90 = percentile(usage, 0.90)
+    share = _waiting_share(run.engine)
+    preempted = _increase(_present(s.preemptions_total for s in run.engine))
+    found: list[EngineSignal] = []
+    if p90 is not None and p90 >= KV_FULL_RATIO:
+        found.append("kv_full")
+    if share is not None and share >= QUEUE_SAMPLE_SHARE:
+        found.append("queue")
+    if preempted:
+        found.append("preemptions")
+    return tuple(found)
+
+
+def _waiting_share(samples: Sequence[EngineSample]) -> float | None:
+    waiting = _present(s.requests_waiting for s in samples)
+    return sum(1 for value in waiting if value > 0) / len(waiting) if waiting else None
 
 
 def summarize(run: StepRun, slos: SloSpec) -> StepSummary:
@@ -149,35 +231,39 @@ def summarize(run: StepRun, slos: SloSpec) -> StepSummary:
             miss_counts[reason] += 1
     total = len(records)
     low, high = wilson_interval(good, total)
-    step_verdict_ = verdict(good, total, slos.objective)
+    step_verdict = SequentialTest(slos.objective).verdict(good, total)
     attainment = good / total if total else None
     worst = max(miss_counts, key=lambda name: miss_counts[name])
-    duration = run.duration_seconds
     ttfts = sorted(r.ttft_seconds for r in completed if r.ttft_seconds is not None)
     gaps = sorted(gap for r in completed for gap in r.itl_seconds)
     e2es = sorted(r.e2e_seconds for r in completed if r.e2e_seconds is not None)
+    usage = sorted(_present(s.kv_cache_usage_ratio for s in run.engine))
     return StepSummary(
         concurrency=run.concurrency,
         request_rate=run.completed_in_window / run.window_seconds if run.window_seconds > 0 else 0.0,
         output_tokens_per_second=run.output_tokens_in_window / run.window_seconds if run.window_seconds > 0 else 0.0,
-        kv_cache_usage_ratio=percentile(sorted(_present(s.kv_cache_usage_ratio for s in run.engine)), 0.90),
-        kv_cache_usage_max=max(_present(s.kv_cache_usage_ratio for s in run.engine), default=None),
+        kv_cache_usage_ratio=percentile(usage, 0.90),
+        kv_cache_usage_max=usage[-1] if usage else None,
         requests_waiting=_mean(_present(s.requests_waiting for s in run.engine)),
         requests_running=_mean(_present(s.requests_running for s in run.engine)),
+        waiting_sample_share=_waiting_share(run.engine),
         preemptions=_increase(_present(s.preemptions_total for s in run.engine)),
+        engine_signals=engine_signals(run),
         ttft_p50_seconds=percentile(ttfts, 0.50),
         ttft_p99_seconds=percentile(ttfts, 0.99),
         itl_p50_seconds=percentile(gaps, 0.50),
         itl_p99_seconds=percentile(gaps, 0.99),
+        e2e_p50_seconds=percentile(e2es, 0.50),
         e2e_p99_seconds=percentile(e2es, 0.99),
         slo_attainment=attainment,
         attainment_low=low,
         attainment_high=high,
         requests=total,
         errors=total - len(completed),
-        duration_seconds=duration,
-        verdict=step_verdict_,
-        passed=step_verdict_ == "pass" or (step_verdict_ == "unsure" and (attainment or 0.0) >= slos.objective),
+        duration_seconds=run.duration_seconds,
+        warmup_seconds=run.warmup_seconds,
+        verdict=step_verdict,
+        passed=step_verdict == "pass" or (step_verdict == "unsure" and (attainment or 0.0) >= slos.objective),
         failing_slo=worst if miss_counts[worst] else None,
         client_lag_p99_seconds=run.client_lag_p99_seconds,
         ended_early=run.ended_early,

@@ -8,7 +8,7 @@ class RequestRecord:
     """One request as the client saw it. Times in seconds; `sent_at` since the step started (monotonic).
 
     `error` is None when the request completed, else a short reason: "timeout", "stalled", "http 503",
-    "connection refused", "not streaming", "bad response: ...".
+    "connection refused", "not streaming", "empty answer", "short answer", "bad response: ...", "client error: ...".
     """
 
     sent_at: float
@@ -68,4 +68,5 @@ class StepRun:
     window_seconds: float
     completed_in_window: int
     output_tokens_in_window: int
+    warmup_seconds: float = 0.0  # the discarded start, over which the workers ramped in
     interrupted: bool = False  # Ctrl-C during the step

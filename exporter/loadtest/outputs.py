@@ -5,21 +5,23 @@ result.json is the single derivation: the report renders that document, so the t
 can be drawn again from a saved result.json.
 """
 
+import csv
+import io
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from exporter.files import write_atomically
 from exporter.loadtest import report
-from exporter.loadtest.judge import StepSummary
-from exporter.loadtest.measure import SloSpec
+from exporter.loadtest.judge import StepSummary, misses
+from exporter.loadtest.measure import SloSpec, StepRun
 from exporter.loadtest.model import ModelPrediction
-from exporter.loadtest.search import Search
+from exporter.loadtest.search import Saturation, Search
 from exporter.loadtest.thresholds import Thresholds, derive_thresholds, render_thresholds_yaml
 
-RESULT_VERSION = 1
+RESULT_VERSION = 2  # 2: saturation, knee_range, operating_point; steps gained engine_signals and warm-up
 RESULT_FILE = "result.json"
 REPORT_FILE = "report.html"
 THRESHOLDS_FILE = "thresholds.yaml"
@@ -62,7 +64,7 @@ class RunResult:
 
     @property
     def thresholds(self) -> Thresholds:
-        return derive_thresholds(self.search.knee, self.settings.margin)
+        return derive_thresholds(self.search.operating_point, self.settings.margin)
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,9 @@ def result_document(run: RunResult) -> dict[str, Any]:
         "workload": dict(settings.workload),
         "search": {"max_concurrency": settings.max_concurrency, "tolerance": settings.tolerance},
         "knee": None if knee is None else {name: getattr(knee, name) for name in KNEE_FIELDS},
+        "knee_range": None if search.knee_range is None else list(search.knee_range),
+        "saturation": _saturation_document(search.saturation),
+        "operating_point": None if search.operating_point is None else search.operating_point.concurrency,
         "limited_by": search.limited_by,
         "reason": search.reason,
         "steps": [_step_document(step) for step in search.steps],
@@ -122,6 +127,61 @@ def write_outputs(out_dir: Path, run: RunResult) -> WrittenOutputs:
     return WrittenOutputs(result=result_path, report=report_path, thresholds=thresholds_path)
 
 
+def _saturation_document(saturation: Saturation | None) -> dict[str, Any] | None:
+    if saturation is None:
+        return None
+    document = _step_document(saturation.step)
+    del document["engine"]  # the step's samples are in `steps`
+    document["signals"] = list(saturation.signals)
+    document["unsaturated_below"] = saturation.below
+    return document
+
+
+REQUEST_FIELDS = (
+    "step",
+    "concurrency",
+    "sent_at",
+    "ttft_seconds",
+    "mean_itl_seconds",
+    "e2e_seconds",
+    "prompt_tokens",
+    "output_tokens",
+    "error",
+    "good",
+)
+
+
+def write_requests(path: Path, step_runs: Sequence[StepRun], slos: SloSpec) -> None:
+    """Every measured request, a row each (CSV) or a JSON object a line (.jsonl); `sent_at` is seconds since its
+    step's warm-up ended, `step` the step's place in the run (1 = first)."""
+    rows = [
+        {
+            "step": index,
+            "concurrency": run.concurrency,
+            "sent_at": record.sent_at,
+            "ttft_seconds": record.ttft_seconds,
+            "mean_itl_seconds": record.mean_itl_seconds,
+            "e2e_seconds": record.e2e_seconds,
+            "prompt_tokens": record.prompt_tokens,
+            "output_tokens": record.output_tokens,
+            "error": record.error,
+            "good": not misses(record, slos),
+        }
+        for index, run in enumerate(step_runs, start=1)
+        for record in sorted(run.requests, key=lambda record: record.sent_at)
+    ]
+    if path.suffix == ".jsonl":
+        text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
+    else:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=REQUEST_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        text = buffer.getvalue()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, text)
+
+
 def _step_document(step: StepSummary) -> dict[str, Any]:
     document = {field.name: getattr(step, field.name) for field in fields(step) if field.name != "engine"}
     document["engine"] = [asdict(sample) for sample in step.engine]
@@ -135,7 +195,7 @@ def _json_text(document: Mapping[str, Any]) -> str:
 
 
 def _provenance(run: RunResult) -> list[str]:
-    settings, knee = run.settings, run.search.knee
+    settings, knee = run.settings, run.search.operating_point
     slos = settings.slos
     objectives = ", ".join(
         f"{name} <= {value * 1000:g}ms"
@@ -143,25 +203,34 @@ def _provenance(run: RunResult) -> list[str]:
         if value is not None
     )
     lines = [
-        "Written by `plimsoll loadtest`: saturation thresholds measured at the knee. Merge the saturation block into",
-        "your Plimsoll config (or run loadtest with --config FILE --write), then run `plimsoll generate`.",
+        "Written by `plimsoll loadtest`: saturation thresholds measured at the operating point. Merge the saturation",
+        "block into your Plimsoll config (or run loadtest with --config FILE --write), then run `plimsoll generate`.",
         f"Endpoint {settings.endpoint}, model {settings.model}, started {settings.started_at}.",
         f"SLOs: {objectives or 'none'} for {slos.objective:g} of requests.",
     ]
+    search = run.search
+    if search.knee is not None:
+        lines.append(f"SLO knee: concurrency {search.knee.concurrency}.")
+    if search.saturation is not None:
+        lines.append(
+            f"Saturation point: concurrency {search.saturation.step.concurrency} "
+            f"({', '.join(search.saturation.signals)})."
+        )
     if knee is not None:
         kv = "no reading" if knee.kv_cache_usage_ratio is None else f"{knee.kv_cache_usage_ratio:.3f}"
         waiting = "no reading" if knee.requests_waiting is None else f"{knee.requests_waiting:.2f}"
         lines.append(
-            f"Knee: concurrency {knee.concurrency}; KV usage there (p90) {kv}, requests waiting (mean) {waiting}."
+            f"Operating point (the lower of the two): concurrency {knee.concurrency}; KV usage there (p90) {kv}, "
+            f"requests waiting (mean) {waiting}."
         )
         lines.append(
-            f"Autoscaling: one replica holds {knee.concurrency} requests within the SLOs: knee_concurrency: "
+            f"Autoscaling: one replica holds {knee.concurrency} requests: knee_concurrency: "
             f"{knee.concurrency} in the autoscaling workload of model {settings.model} (--write sets it)."
         )
     lines.append(
-        f"kv_usage = KV usage at the knee x (1 - {settings.margin:g}), kept within [0.5, 0.99]; "
-        "queue = requests waiting at the knee, rounded up."
+        f"kv_usage = KV usage at the operating point x (1 - {settings.margin:g}), kept within [0.5, 0.99]; "
+        "queue = requests waiting there, rounded up."
     )
     if run.interrupted:
-        lines.append("The run was interrupted: the knee may be lower than the server's real one.")
+        lines.append("The run was interrupted: the answers may be lower than the server's real ones.")
     return lines

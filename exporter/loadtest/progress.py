@@ -29,7 +29,7 @@ def _number(value: float | None) -> str:
 
 
 def verdict_text(verdict: str, passed: bool, interrupted: bool) -> str:
-    """pass / fail, marked "(unsure)" where the point estimate decided because the interval could not."""
+    """pass / fail, marked "(unsure)" where the point estimate decided because the sequential test could not."""
     if interrupted:
         return "interrupted"
     if verdict == "unsure":
@@ -47,25 +47,33 @@ def step_line(step: StepSummary) -> str:
     style = "yellow" if step.interrupted else "green" if step.passed else "red"
     errors = f" errors {step.errors}" if step.errors else ""
     early = f"  ({step.ended_early})" if step.ended_early else ""
+    saturated = "  saturated" if step.engine_saturated else ""
     return (
-        f"concurrency {step.concurrency:>4}  requests {step.requests:>4}{errors}  "
+        f"concurrency {step.concurrency:>4}  requests {step.requests:>4}{errors}  {step.request_rate:.1f} req/s  "
         f"attainment {attainment}  TTFT p99 {_ms(step.ttft_p99_seconds)}  ITL p99 {_ms(step.itl_p99_seconds)}  "
-        f"KV {_percent(step.kv_cache_usage_ratio)}  waiting {_number(step.requests_waiting)}  "
+        f"KV {_percent(step.kv_cache_usage_ratio)}  waiting {_number(step.requests_waiting)}{saturated}  "
         f"[{style}]{verdict_text(step.verdict, step.passed, step.interrupted)}[/{style}]{early}"
     )
 
 
 def result_table(result: Mapping[str, Any]) -> Table:
-    """Every step of a result.json document, the knee's row marked."""
+    """Every step of a result.json document, in the order run; the knee's and the saturation point's rows marked."""
     knee = result.get("knee")
     knee_concurrency = knee["concurrency"] if knee else None
+    saturation = result.get("saturation")
+    saturation_concurrency = saturation["concurrency"] if saturation else None
     table = Table(title="plimsoll loadtest", title_justify="left")
     for heading in ("concurrency", "requests", "errors", "req/s", "tok/s", "SLO attainment", "TTFT p99", "ITL p99"):
         table.add_column(heading, justify="right")
-    for heading in ("KV p90", "waiting", "preempt", "verdict"):
+    for heading in ("KV p90", "waiting", "preempt", "engine", "verdict"):
         table.add_column(heading, justify="right")
-    for step in sorted(result["steps"], key=lambda s: s["concurrency"]):
-        marker = " <- knee" if step["concurrency"] == knee_concurrency else ""
+    for step in result["steps"]:
+        marks = [
+            name
+            for name, level in (("knee", knee_concurrency), ("saturation", saturation_concurrency))
+            if step["concurrency"] == level
+        ]
+        marker = f" <- {' and '.join(marks)}" if marks else ""
         table.add_row(
             str(step["concurrency"]),
             str(step["requests"]),
@@ -78,9 +86,17 @@ def result_table(result: Mapping[str, Any]) -> Table:
             _percent(step["kv_cache_usage_ratio"]),
             _number(step["requests_waiting"]),
             _number(step["preemptions"]),
+            ", ".join(step["engine_signals"]) or "-",
             verdict_text(step["verdict"], step["passed"], step["interrupted"]) + marker,
         )
     return table
+
+
+def _load(step: Mapping[str, Any]) -> str:
+    return (
+        f"{step['request_rate']:.2f} req/s, {step['output_tokens_per_second']:.0f} output tok/s, "
+        f"KV {_percent(step['kv_cache_usage_ratio'])}, {_number(step['requests_waiting'])} waiting"
+    )
 
 
 def _percent_of(ratio: float | None) -> str:
@@ -89,16 +105,23 @@ def _percent_of(ratio: float | None) -> str:
 
 def summary_lines(result: Mapping[str, Any], written: Sequence[str]) -> list[str]:
     """What the table does not say: the knee in words, what limited it, the model's view, and the files."""
-    knee = result.get("knee")
+    knee, saturation = result.get("knee"), result.get("saturation")
     lines = []
-    if knee:
+    if saturation:
         lines.append(
-            f"knee: concurrency {knee['concurrency']} ({knee['request_rate']:.2f} req/s, "
-            f"{knee['output_tokens_per_second']:.0f} output tok/s, KV {_percent(knee['kv_cache_usage_ratio'])}, "
-            f"{_number(knee['requests_waiting'])} waiting)"
+            f"saturation point: concurrency {saturation['concurrency']} ({_load(saturation)}; "
+            f"{', '.join(saturation['signals'])})"
         )
     else:
-        lines.append("knee: none (no step passed)")
+        lines.append("saturation point: none (the engine held every load tried, or reported nothing)")
+    if knee:
+        low, high = result.get("knee_range") or (knee["concurrency"], knee["concurrency"])
+        apart = f", {high} passed in another run" if high != low else ""
+        lines.append(f"SLO knee: concurrency {knee['concurrency']} ({_load(knee)}){apart}")
+    else:
+        lines.append("SLO knee: none (no step met the objective)")
+    if result.get("operating_point") is not None:
+        lines.append(f"operating point (thresholds, autoscaling): concurrency {result['operating_point']}")
     lines.append(f"limited by: {result['limited_by']}: {result['reason']}")
     prediction = result.get("model_prediction")
     if prediction:

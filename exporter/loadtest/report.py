@@ -30,7 +30,8 @@ _LIMITED_BY = {
     "slo:ttft": "the time-to-first-token SLO",
     "slo:itl": "the inter-token latency SLO",
     "errors": "errors from the server",
-    "kv_cache": "the KV cache (it filled, requests queued or were preempted)",
+    "kv_cache": "the KV cache (the engine saturated: it filled, requests queued or were preempted)",
+    "saturation": "the engine's batch or compute (it saturated with room in its KV cache: requests queued)",
     "client": "the load generator itself (it could not keep up: this is not a server limit)",
     "max_concurrency": "nothing up to --max-concurrency (the server may hold more)",
     "none": "nothing: the run ended before a limit was found",
@@ -75,8 +76,9 @@ tr.fail td.verdict-cell { color: #b00020; }
 
 
 def render_report(result: Mapping[str, Any]) -> str:
-    steps = sorted(result["steps"], key=lambda step: step["concurrency"])
-    knee = result["knee"]
+    # One point per concurrency on the charts, its last run (a level confirmed by a second run has two).
+    last_runs = {step["concurrency"]: step for step in result["steps"] if not step["interrupted"]}
+    steps = [last_runs[level] for level in sorted(last_runs)]
     title = f"Load test: {result['model']} at {result['endpoint']}"
     return "\n".join(
         [
@@ -87,18 +89,18 @@ def render_report(result: Mapping[str, Any]) -> str:
             f"<style>{_STYLE}</style>",
             "</head><body><main>",
             f"<h1>{escape(title)}</h1>",
-            f'<p class="meta">Started {escape(str(result["started_at"]))} · {len(steps)} '
-            f"step{'s' if len(steps) != 1 else ''} · plimsoll loadtest</p>",
+            f'<p class="meta">Started {escape(str(result["started_at"]))} · {len(result["steps"])} '
+            f"step{'s' if len(result['steps']) != 1 else ''} · plimsoll loadtest</p>",
             _verdict(result),
             _notes(result["notes"]),
             "<h2>Against load</h2>",
             '<div class="charts">',
-            *(f"<figure>{chart}</figure>" for chart in _load_charts(result, steps, knee)),
+            *(f"<figure>{chart}</figure>" for chart in _load_charts(result, steps)),
             "</div>",
             "<h2>The engine during each step</h2>",
             _engine_charts(steps),
             "<h2>Steps</h2>",
-            _steps_table(result["steps"], knee),
+            _steps_table(result["steps"], result["operating_point"]),
             "</main></body></html>",
         ]
     )
@@ -106,18 +108,24 @@ def render_report(result: Mapping[str, Any]) -> str:
 
 def _verdict(result: Mapping[str, Any]) -> str:
     knee, slos, thresholds = result["knee"], result["slos"], result["thresholds"]
-    if knee is None:
-        headline = "No knee: the SLOs did not hold even at concurrency 1."
+    saturation = result["saturation"]
+    point = result["operating_point"]
+    if point is None:
+        headline = "No answer: the SLOs did not hold even at concurrency 1, and the engine never saturated."
         if result["limited_by"] == "none":
-            headline = "No knee: the run ended before any step passed."
+            headline = "No answer: the run ended before any step passed or saturated the engine."
     else:
+        at = knee if knee is not None and knee["concurrency"] == point else saturation
         headline = (
-            f"Knee at concurrency {knee['concurrency']}: {_number(knee['request_rate'])} requests/s, "
-            f"{_number(knee['output_tokens_per_second'])} output tokens/s within the SLOs."
+            f"One replica holds {point} concurrent request{'s' if point != 1 else ''}: "
+            f"{_number(at['request_rate'])} requests/s, "
+            f"{_number(at['output_tokens_per_second'])} output tokens/s."
         )
     facts = [
         ("Limited by", _LIMITED_BY.get(result["limited_by"], result["limited_by"])),
         ("Why", result["reason"]),
+        ("Saturation point", _saturation_text(saturation)),
+        ("SLO knee", _knee_text(knee, result["knee_range"])),
         ("SLOs", _slo_text(slos)),
     ]
     if knee is not None:
@@ -136,8 +144,25 @@ def _verdict(result: Mapping[str, Any]) -> str:
     if result["interrupted"]:
         facts.append(("Interrupted", "yes: the run was stopped; this is what it measured until then"))
     rows = "".join(f"<dt>{escape(name)}</dt><dd>{escape(str(value))}</dd>" for name, value in facts)
-    css = "verdict none" if knee is None else "verdict"
+    css = "verdict none" if point is None else "verdict"
     return f'<section class="{css}"><p class="big">{escape(headline)}</p><dl class="facts">{rows}</dl></section>'
+
+
+def _saturation_text(saturation: Mapping[str, Any] | None) -> str:
+    if saturation is None:
+        return "not reached: the engine held every load tried (or reported no metrics)"
+    below = saturation["unsaturated_below"]
+    under = "" if below is None else f"; concurrency {below} was not saturated"
+    return f"concurrency {saturation['concurrency']} ({', '.join(saturation['signals'])}){under}"
+
+
+def _knee_text(knee: Mapping[str, Any] | None, knee_range: Sequence[int] | None) -> str:
+    if knee is None:
+        return "none: no step met the objective"
+    apart = ""
+    if knee_range is not None and knee_range[1] != knee_range[0]:
+        apart = f"; concurrency {knee_range[1]} passed in one run and failed in another"
+    return f"concurrency {knee['concurrency']}{apart}"
 
 
 def _notes(notes: Sequence[str]) -> str:
@@ -147,9 +172,10 @@ def _notes(notes: Sequence[str]) -> str:
     return f'<h2>Notes</h2><div class="notes"><ul>{items}</ul></div>'
 
 
-def _load_charts(result: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], knee: Any) -> list[str]:
+def _load_charts(result: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> list[str]:
     slos, thresholds = result["slos"], result["thresholds"]
-    marker = None if knee is None else Marker(f"knee ({knee['concurrency']})", knee["concurrency"], _KNEE)
+    point = result["operating_point"]
+    marker = None if point is None else Marker(f"operating point ({point})", point, _KNEE)
     x = Axis("offered concurrency (requests in flight)", _count, log2=True)
 
     def line(label: str, key: str, colour: str, scale: float = 1.0, dashed: bool = False) -> Series:
@@ -281,7 +307,7 @@ _COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 
 
-def _steps_table(steps: Sequence[Mapping[str, Any]], knee: Any) -> str:
+def _steps_table(steps: Sequence[Mapping[str, Any]], operating_point: int | None) -> str:
     """In the order run, so the search (doubling, then bisection) reads top to bottom."""
     header = "".join(f"<th>{escape(name)}</th>" for name, _, _ in _COLUMNS) + "<th>note</th>"
     rows = []
@@ -301,12 +327,12 @@ def _steps_table(steps: Sequence[Mapping[str, Any]], knee: Any) -> str:
                 "interrupted" if step["interrupted"] else None,
                 "unsure: decided by the point estimate" if step["verdict"] == "unsure" else None,
                 f"most misses: {step['failing_slo']}" if step["failing_slo"] else None,
+                f"engine: {', '.join(step['engine_signals'])}" if step["engine_signals"] else None,
             )
             if part
         )
         cells.append(f'<td class="text">{escape(note)}</td>')
-        is_knee = knee is not None and step["concurrency"] == knee["concurrency"]
-        css = "knee" if is_knee else ("fail" if not step["passed"] else "")
+        css = "knee" if step["concurrency"] == operating_point else ("fail" if not step["passed"] else "")
         rows.append(f'<tr class="{css}">{"".join(cells)}</tr>')
     return f'<div class="table"><table><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
@@ -323,13 +349,16 @@ def _slo_text(slos: Mapping[str, Any]) -> str:
 
 def _thresholds_text(thresholds: Mapping[str, Any]) -> str:
     if thresholds["kv_usage"] is None and thresholds["queue"] is None:
-        return "none written: no knee with engine readings to calibrate from"
+        return "none written: no answer with engine readings to calibrate from"
     parts = []
     if thresholds["kv_usage"] is not None:
         parts.append(f"saturation.kv_usage {thresholds['kv_usage']:g}")
     if thresholds["queue"] is not None:
         parts.append(f"saturation.queue {thresholds['queue']}")
-    return f"{', '.join(parts)} (margin {thresholds['margin']:g} below the knee; see thresholds.yaml)"
+    return (
+        f"{', '.join(parts)} (margin {thresholds['margin']:g} below the operating point, the lower of the two "
+        "answers; see thresholds.yaml)"
+    )
 
 
 def _prediction_text(prediction: Mapping[str, Any]) -> str:
@@ -340,7 +369,7 @@ def _prediction_text(prediction: Mapping[str, Any]) -> str:
         "concurrent requests"
     )
     if prediction["ratio"] is not None:
-        text += f"; the knee is {prediction['ratio']:.2f}x that"
+        text += f"; the operating point is {prediction['ratio']:.2f}x that"
     return text
 
 

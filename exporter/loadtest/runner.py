@@ -1,15 +1,18 @@
 """One load step: N closed-loop workers against the server, the engine watched, the load generator's own lag timed.
 
-A step runs a warm-up (requests sent then are discarded), then the measured part for the step duration. Requests
-sent in the measured part are awaited to their end (each bounded by its timeout), so a slow request is a miss,
-never dropped; a step whose verdict the caller finds settled (certainly failing, or passing with the requests a
-pass needs), the run's time limit and Ctrl-C cut it short.
+A step runs a warm-up (requests sent then are discarded) over which the workers start one by one, then the
+measured part for the step duration. Every request sent in the measured part is awaited to its end (each bounded
+by its timeout), also when the step ends early, so a slow request is a miss, never dropped: a step ends early only
+when the caller finds it certainly failing, and then the run's time limit and Ctrl-C are the only things that cut
+requests short. After the step the engine is given time to return to the load it had before the run (`settle`).
 """
 
 import asyncio
+import contextlib
 import math
+import signal
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
@@ -18,20 +21,26 @@ import aiohttp
 
 from exporter.loadtest.client import ENDPOINT_PATHS, Endpoint, Limits, send, send_explained
 from exporter.loadtest.judge import MAX_EXTENSION
-from exporter.loadtest.measure import RequestRecord, StepRun
+from exporter.loadtest.measure import EngineSample, RequestRecord, StepRun
 from exporter.loadtest.watch import EngineRead, read_engine, watch
-from exporter.loadtest.workload import TraceWorkload, Workload, WorkRequest, requests
+from exporter.loadtest.workload import TraceWorkload, Workload, WorkRequest, requests, run_marker
 
 # The ticker that measures the load generator's own event-loop lag.
 LAG_TICK_SECONDS = 0.05
 # How often the step asks the caller whether it is certainly failing, or needs to run longer.
 CHECK_INTERVAL_SECONDS = 0.5
 PREFLIGHT_TIMEOUT_SECONDS = 10.0
+PREFLIGHT_TOKENS = 4
+# A request the load generator itself failed to send or read: the record's error starts so.
+CLIENT_ERROR = "client error"
+# While waiting for the server to be ready, and for the engine to be idle between steps: how often to ask.
+POLL_SECONDS = 0.5
 
-# Given the measured requests so far: a reason to end the step now (certainly failing), else None.
-StopEarly = Callable[[Sequence[RequestRecord]], str | None]
-# Given the measured requests at the step's end: whether it needs more of them to be judged.
-KeepGoing = Callable[[Sequence[RequestRecord]], bool]
+# Given the measured requests and the send time of the oldest one still in flight (None: none is): a reason to
+# end the step now (certainly failing), else None.
+StopEarly = Callable[[Sequence[RequestRecord], float | None], str | None]
+# Given the same at the step's planned end, and the extension as a share of the time run: whether to run on.
+KeepGoing = Callable[[Sequence[RequestRecord], float | None, float], bool]
 
 
 class LoadtestError(Exception):
@@ -50,7 +59,10 @@ class RunSettings:
     step_seconds: float = 30.0
     warmup_seconds: float = 5.0
     max_duration_seconds: float = 900.0
+    ready_timeout_seconds: float = 30.0  # how long the server may take to answer /health and /v1/models
     ignore_eos: bool = False
+    allow_short_answers: bool = False  # an answer shorter than max_tokens is good, not an error
+    unique_prompts: bool = True  # each prompt opens with a marker of the run and the request (workload.py)
     api_key: str | None = field(default=None, repr=False)  # sent as a bearer token; never shown
 
     @property
@@ -94,18 +106,49 @@ def api_key_from(environ: Mapping[str, str], key_file: str | None) -> str | None
 
 class Run:
     """What lives for a whole run: the HTTP session, the served model, the time limit, the engine as first read,
-    and the Ctrl-C flag. Made by `open_run`."""
+    the one stream of requests every step draws from, and the Ctrl-C flag. Made by `open_run`."""
 
-    def __init__(self, session: aiohttp.ClientSession, model: str, deadline: float, engine: EngineRead) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        model: str,
+        deadline: float,
+        engine: EngineRead,
+        work: Iterator[WorkRequest],
+    ) -> None:
         self.session = session
         self.model = model
         self.deadline = deadline  # monotonic time at which the run's --max-duration is spent
         self.engine = engine  # engine name, KV capacity, or why /metrics cannot be read
+        self.work = work
         self.interrupted = asyncio.Event()
+
+    @property
+    def baseline_load(self) -> float | None:
+        """Requests running and waiting in the engine before the run sent any: what idle means for it."""
+        sample = self.engine.sample
+        return None if sample is None else _load(sample)
 
     def interrupt(self) -> None:
         """Ctrl-C: the step in progress ends now with what it has."""
         self.interrupted.set()
+
+
+@contextlib.contextmanager
+def ctrl_c_interrupts(interrupt: Callable[[], None]) -> Iterator[None]:
+    """While the steps run, Ctrl-C (or SIGINT) ends the step in progress instead of killing the process, so what
+    was measured is written; a second Ctrl-C is the usual immediate stop. Call it inside the running loop."""
+    loop = asyncio.get_running_loop()
+
+    def first() -> None:
+        interrupt()
+        loop.remove_signal_handler(signal.SIGINT)
+
+    loop.add_signal_handler(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 @asynccontextmanager
@@ -114,10 +157,57 @@ async def open_run(settings: RunSettings, clock: Callable[[], float] = time.mono
     # No pool limit: at concurrency N, N requests must be in flight, not queued in the client.
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
+        await wait_ready(session, settings, clock)
         deadline = clock() + settings.max_duration_seconds
         model = await preflight(session, settings)
         engine = await read_engine(session, settings.engine_metrics_url, 0.0, settings.metrics_headers)
-        yield Run(session, model, deadline, engine)
+        marker = run_marker() if settings.unique_prompts else None
+        yield Run(session, model, deadline, engine, requests(settings.workload, marker))
+
+
+async def wait_ready(
+    session: aiohttp.ClientSession, settings: RunSettings, clock: Callable[[], float] = time.monotonic
+) -> None:
+    """Wait until /health (where the server has one) and /v1/models answer, for at most the ready timeout; past
+    it, the last reason is the LoadtestError. An engine still loading its model refuses connections or answers
+    503 for minutes, and the first step must not be judged on that."""
+    deadline = clock() + settings.ready_timeout_seconds
+    while True:
+        try:
+            await _health(session, settings)
+            await served_models(session, settings.url, settings.auth_headers)
+            return
+        except _NotReady as not_ready:
+            if clock() >= deadline:
+                waited = f"waited {settings.ready_timeout_seconds:g}s, --ready-timeout"
+                raise LoadtestError(f"{not_ready} ({waited})") from None
+        except LoadtestError as error:
+            if clock() >= deadline or not _may_become_ready(str(error)):
+                raise
+        await asyncio.sleep(POLL_SECONDS)
+
+
+class _NotReady(Exception):
+    """/health answered, but not yet 200."""
+
+
+async def _health(session: aiohttp.ClientSession, settings: RunSettings) -> None:
+    url = settings.url + "/health"
+    try:
+        async with (
+            asyncio.timeout(PREFLIGHT_TIMEOUT_SECONDS),
+            session.get(url, headers=settings.auth_headers) as response,
+        ):
+            status = response.status
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return  # /v1/models, asked next, says what is wrong in words
+    if status not in (200, 401, 403, 404, 405):
+        raise _NotReady(f"{url} answered HTTP {status}: the server is not ready")
+
+
+def _may_become_ready(reason: str) -> bool:
+    """Refusals a starting server gives: nothing listening yet, no model loaded yet, a 503 while loading."""
+    return "connection refused" in reason or "lists no models" in reason or "HTTP 503" in reason
 
 
 async def served_models(
@@ -176,7 +266,16 @@ async def preflight(session: aiohttp.ClientSession, settings: RunSettings) -> st
         raise LoadtestError(f"--dataset {workload.source} has chat messages: use --endpoint chat")
     endpoint = settings.endpoint_at()
     limits = Limits(min(settings.request_timeout_seconds, 30.0), settings.stall_timeout_seconds)
-    _, failure = await send_explained(session, endpoint, model, "Hello", 4, limits)
+    _, failure = await send_explained(
+        session,
+        endpoint,
+        model,
+        "Hello",
+        PREFLIGHT_TOKENS,
+        limits,
+        ignore_eos=settings.ignore_eos,
+        allow_short=settings.allow_short_answers,
+    )
     if failure is None:
         return model
     raise LoadtestError(_refusal(settings, model, failure.reason, failure.detail))
@@ -199,7 +298,15 @@ def _refusal(settings: RunSettings, model: str, reason: str, detail: str) -> str
     if reason == "stalled":
         return f"{settings.url}{path} stopped streaming mid-answer ({detail}): is the server overloaded or stuck?"
     if reason == "timeout":
-        return f"a 4-token request to {settings.url}{path} got {detail}: is the server busy or stuck?"
+        return f"a {PREFLIGHT_TOKENS}-token request to {settings.url}{path} got {detail}: is the server busy or stuck?"
+    if reason == "short answer":
+        return (
+            f"a {PREFLIGHT_TOKENS}-token request to {settings.url}{path} got {detail}: the model stopped early. Pass "
+            "--ignore-eos so every answer is as long as asked (the load is then the one you describe), or "
+            "--allow-short-answers to judge shorter answers as good"
+        )
+    if reason == "empty answer":
+        return f"a test request to {settings.url}{path} streamed no text: the server answers, but generates nothing"
     return f"a test request to {settings.url}{path} failed: {reason}{said}"
 
 
@@ -226,6 +333,7 @@ class _Step:
 
     measured_from: float
     records: list[RequestRecord] = field(default_factory=list)
+    in_flight: dict[int, float] = field(default_factory=dict)  # worker -> sent_at of its measured request
     last_done: float = 0.0  # when the last measured request ended
     sending: bool = True
     completions: list[tuple[float, int]] = field(default_factory=list)  # (when, output tokens), warm-up sends too
@@ -235,45 +343,63 @@ class _Step:
         inside = [tokens for when, tokens in self.completions if self.measured_from <= when <= until]
         return len(inside), sum(inside)
 
+    @property
+    def oldest_in_flight(self) -> float | None:
+        return min(self.in_flight.values(), default=None)
+
 
 async def run_step(
     settings: RunSettings,
     concurrency: int,
     run: Run,
     *,
+    warmup_seconds: float | None = None,
     stop_early: StopEarly | None = None,
     keep_going: KeepGoing | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> StepRun:
-    """Hold `concurrency` requests in flight for the warm-up and the step; see the module's docstring."""
+    """Hold `concurrency` requests in flight for the warm-up and the step; see the module's docstring. Worker i
+    sends its first request i/N of the way through the first half of the warm-up, so the engine is not handed one
+    burst of prefills that all finish together."""
+    warmup = settings.warmup_seconds if warmup_seconds is None else warmup_seconds
     started = clock()
-    step = _Step(measured_from=started + settings.warmup_seconds)
+    step = _Step(measured_from=started + warmup)
     endpoint = settings.endpoint_at()
-    work = requests(settings.workload)
     stop_watch = asyncio.Event()
     lags: list[float] = []
 
-    async def worker() -> None:
+    async def worker(index: int) -> None:
+        await asyncio.sleep(warmup / 2 * index / concurrency)
         while step.sending:
-            request: WorkRequest = next(work)
+            request: WorkRequest = next(run.work)
             sent = clock()
-            record = await send(
-                run.session,
-                endpoint,
-                run.model,
-                request.prompt,
-                request.max_tokens,
-                settings.limits,
-                sent_at=sent - step.measured_from,
-                ignore_eos=settings.ignore_eos,
-                clock=clock,
-            )
+            measured = sent >= step.measured_from
+            if measured:
+                step.in_flight[index] = sent - step.measured_from
+            try:
+                record = await send(
+                    run.session,
+                    endpoint,
+                    run.model,
+                    request.prompt,
+                    request.max_tokens,
+                    settings.limits,
+                    sent_at=sent - step.measured_from,
+                    ignore_eos=settings.ignore_eos,
+                    allow_short=settings.allow_short_answers,
+                    clock=clock,
+                )
+            except Exception as error:  # a bug here must be a counted miss, not a silently lost worker
+                record = _client_error(sent - step.measured_from, error)
             done = clock()
+            step.in_flight.pop(index, None)
             if record.completed:
                 step.completions.append((done, record.output_tokens or 0))
-            if record.sent_at >= 0:
+            if measured:
                 step.records.append(record)
                 step.last_done = max(step.last_done, done)
+            if record.error is not None and record.error.startswith(CLIENT_ERROR):
+                return  # the miss is counted; a client that failed once would fail the same way again
 
     async def ticker() -> None:
         expected = clock() + LAG_TICK_SECONDS
@@ -290,16 +416,13 @@ async def run_step(
         )
     )
     lag = asyncio.create_task(ticker())
-    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    workers = [asyncio.create_task(worker(index)) for index in range(concurrency)]
     try:
         ended_early = await _control(settings, run, step, stop_early, keep_going, clock)
         step.sending = False
         sending_stopped = clock()
         step.last_done = max(step.last_done, sending_stopped)
-        if ended_early is not None or run.interrupted.is_set():
-            for task in workers:
-                task.cancel()
-        else:
+        if not run.interrupted.is_set() and clock() < run.deadline:
             # Each request has its own timeout, so this wait is bounded; Ctrl-C still cuts it short.
             await _wait_or_interrupt(workers, run.interrupted)
     finally:
@@ -320,7 +443,20 @@ async def run_step(
         window_seconds=max(0.0, sending_stopped - step.measured_from),
         completed_in_window=completed,
         output_tokens_in_window=output_tokens,
+        warmup_seconds=warmup,
         interrupted=run.interrupted.is_set(),
+    )
+
+
+def _client_error(sent_at: float, error: Exception) -> RequestRecord:
+    return RequestRecord(
+        sent_at=sent_at,
+        ttft_seconds=None,
+        itl_seconds=(),
+        e2e_seconds=None,
+        prompt_tokens=None,
+        output_tokens=None,
+        error=f"{CLIENT_ERROR}: {type(error).__name__}",
     )
 
 
@@ -349,12 +485,47 @@ async def _control(
             return f"the run's time limit ({settings.max_duration_seconds:g}s, --max-duration) was reached"
         if now < step.measured_from:
             continue
-        if stop_early is not None and (reason := stop_early(tuple(step.records))) is not None:
+        records = tuple(step.records)
+        if stop_early is not None and (reason := stop_early(records, step.oldest_in_flight)) is not None:
             return reason
         if now >= longest_end:
             return None
-        if now >= planned_end and not (keep_going is not None and keep_going(tuple(step.records))):
+        if now >= planned_end:
+            extension = (longest_end - now) / max(now - step.measured_from, 1e-9)
+            if keep_going is None or not keep_going(records, step.oldest_in_flight, extension):
+                return None
+
+
+async def settle(
+    run: Run, settings: RunSettings, timeout_seconds: float, clock: Callable[[], float] = time.monotonic
+) -> str | None:
+    """Wait, at most `timeout_seconds`, until the engine runs and queues no more than it did before the run; None
+    once it does (or where the engine cannot say), else why not. A step that starts on a busy engine measures the
+    previous step's leftovers, or someone else's traffic."""
+    baseline = run.baseline_load
+    if baseline is None:
+        return None
+    deadline = clock() + timeout_seconds
+    load = baseline
+    while not run.interrupted.is_set():
+        read = await read_engine(run.session, settings.engine_metrics_url, 0.0, settings.metrics_headers)
+        if read.sample is None:
             return None
+        load = _load(read.sample)
+        if load <= baseline or clock() >= deadline:
+            break
+        with suppress(TimeoutError):
+            await asyncio.wait_for(run.interrupted.wait(), POLL_SECONDS)
+    if load <= baseline:
+        return None
+    return (
+        f"the engine still had {load:g} requests running or waiting {timeout_seconds:g}s after the step "
+        f"(before the run: {baseline:g}): other traffic, or requests the engine kept after the client gave up"
+    )
+
+
+def _load(sample: EngineSample) -> float:
+    return (sample.requests_running or 0.0) + (sample.requests_waiting or 0.0)
 
 
 async def _wait_or_interrupt(tasks: list[asyncio.Task[None]], interrupted: asyncio.Event) -> None:

@@ -1,139 +1,290 @@
-"""The knee search: the highest concurrency at which a step still passes, found by doubling then bisection.
+"""The search: the SLO knee and the saturation point, found by doubling then bisection, confirmed by repetition.
 
-Doubling from 1 brackets the knee in O(log max) steps; bisection then narrows the bracket until its width is
-within `tolerance` of the knee (or one request), so the knee found is within that share of the true one as long
-as passing is monotone in concurrency. No concurrency is run twice. The search stops at a step the user
-interrupted, keeping what it knew.
+Two answers come from the same steps:
 
-What limited the run is read from the first failing step (the lowest failing concurrency) and the knee, in order
-of what would make the others misleading: a load generator that could not keep up says nothing about the server;
-errors are the server refusing; a filled KV cache is the cause behind latency breaking; otherwise the SLO that
-lost most requests.
+- the *SLO knee*: the highest concurrency whose step meets the SLOs at the objective, every level below it too;
+- the *saturation point*: the lowest concurrency at which the engine could not hold the load it was offered, by
+  its own metrics: a queue that persists while the KV cache is at its ceiling, or preemptions
+  (`StepSummary.engine_saturated`); or a queue while the throughput has plateaued (within `PLATEAU_SHARE` of the
+  most that any higher concurrency reached), which is how a batch-slot limit shows. The throughput plateau is a
+  signal of its own: the step's throughput within `PLATEAU_SHARE` of the most reached at or above it.
+
+Doubling from 1 goes on until both are bracketed (a failing step; a saturated one) or the maximum is reached, and
+at most one doubling past the saturation point, since load beyond it only queues. Each bracket is then bisected,
+the lower one first, until it is within `tolerance` of its lower end (or one request). Last, the operating point
+(the lower of the two answers, the one thresholds and autoscaling take) and the level above it are run again: a
+level passes only if every run of it passed, and is saturated if any run was. Where the runs disagree the answer
+is reported as a range. The search stops at a step the user or the time limit interrupted, keeping what it knew.
+
+What limited the run is whichever came first: saturation (`kv_cache` where the pool was full or the engine
+preempted, else `saturation`), or the first failing step, read in order of what would make the others misleading:
+a load generator that could not keep up says nothing about the server; errors are the server refusing; otherwise
+the SLO that lost most requests.
 """
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from exporter.loadtest.judge import StepSummary
 
-LimitedBy = Literal["slo:ttft", "slo:itl", "errors", "kv_cache", "client", "max_concurrency", "none"]
+LimitedBy = Literal["slo:ttft", "slo:itl", "errors", "kv_cache", "saturation", "client", "max_concurrency", "none"]
+Signal = Literal["throughput_plateau", "kv_full", "queue", "preemptions"]
 
 DEFAULT_TOLERANCE = 0.1
 # Above this event-loop lag the load generator was sending late: the offered load was not what it claims.
 CLIENT_LAG_LIMIT_SECONDS = 0.050
-KV_FULL_RATIO = 0.95
+# Throughput within this share of the most any higher concurrency reached is a plateau: more load bought nothing.
+PLATEAU_SHARE = 0.05
+
+# Runs one step at a concurrency; the search awaits it.
+RunStep = Callable[[int], Awaitable[StepSummary]]
+
+
+@dataclass(frozen=True)
+class Saturation:
+    step: StepSummary  # the lowest saturated concurrency's last run
+    signals: tuple[Signal, ...]  # what its runs showed
+    below: int | None  # the highest concurrency measured unsaturated under it (None: it saturated at 1)
 
 
 @dataclass(frozen=True)
 class Search:
-    knee: StepSummary | None  # None when concurrency 1 already fails, or nothing was judged
+    knee: StepSummary | None  # the SLO knee's last run; None when concurrency 1 already fails, or nothing ran
+    knee_range: tuple[int, int] | None  # (knee, highest level that passed at least once below the levels that
+    #   never passed): the two differ when repeated runs disagreed
+    saturation: Saturation | None  # None when no step saturated the engine (or it reported nothing)
     steps: tuple[StepSummary, ...]  # in the order run
     limited_by: LimitedBy
     reason: str  # one sentence a person reads
 
+    @property
+    def operating_point(self) -> StepSummary | None:
+        """The lower of the knee and the saturation point: what thresholds and autoscaling are calibrated from."""
+        saturated = None if self.saturation is None else self.saturation.step
+        candidates = [step for step in (self.knee, saturated) if step is not None]
+        return min(candidates, key=lambda step: step.concurrency, default=None)
 
-async def find_knee(
-    run_step: Callable[[int], Awaitable[StepSummary]], max_concurrency: int, tolerance: float = DEFAULT_TOLERANCE
-) -> Search:
+
+class _Levels:
+    """Every judged run so far, by concurrency, and the answers they give."""
+
+    def __init__(self, steps: Sequence[StepSummary]) -> None:
+        self.runs: dict[int, list[StepSummary]] = {}
+        for step in steps:
+            if not step.interrupted:
+                self.runs.setdefault(step.concurrency, []).append(step)
+
+    def last(self, level: int) -> StepSummary:
+        return self.runs[level][-1]
+
+    @property
+    def lowest_fail(self) -> int | None:
+        return min((level for level, runs in self.runs.items() if not all(r.passed for r in runs)), default=None)
+
+    @property
+    def knee(self) -> int | None:
+        ceiling = self.lowest_fail
+        passing = [level for level in self.runs if ceiling is None or level < ceiling]
+        return max(passing, default=None)
+
+    @property
+    def knee_high(self) -> int | None:
+        never = [level for level, runs in self.runs.items() if not any(r.passed for r in runs)]
+        ceiling = min(never, default=None)
+        passed = [
+            level
+            for level, runs in self.runs.items()
+            if any(r.passed for r in runs) and (ceiling is None or level < ceiling)
+        ]
+        return max(passed, default=None)
+
+    def throughput(self, level: int) -> float:
+        runs = self.runs[level]
+        return sum(r.request_rate for r in runs) / len(runs)
+
+    def plateau(self, level: int) -> bool:
+        above = [self.throughput(other) for other in self.runs if other > level]
+        return bool(above) and self.throughput(level) >= (1 - PLATEAU_SHARE) * max(above)
+
+    def signals(self, level: int) -> tuple[Signal, ...]:
+        seen = {signal for run in self.runs[level] for signal in run.engine_signals}
+        ordered: list[Signal] = ["kv_full", "queue", "preemptions"]
+        found: list[Signal] = ["throughput_plateau"] if self.plateau(level) else []
+        return (*found, *(signal for signal in ordered if signal in seen))
+
+    @property
+    def engine_reports(self) -> bool:
+        """Whether the engine's metrics were read at all: without them no step can show saturation."""
+        return any(run.engine for runs in self.runs.values() for run in runs)
+
+    def saturated(self, level: int) -> bool:
+        runs = self.runs[level]
+        if any(run.engine_saturated for run in runs):
+            return True
+        return any("queue" in run.engine_signals for run in runs) and self.plateau(level)
+
+    @property
+    def saturation(self) -> int | None:
+        return min((level for level in self.runs if self.saturated(level)), default=None)
+
+    def unsaturated_below(self, level: int) -> int | None:
+        return max((other for other in self.runs if other < level and not self.saturated(other)), default=None)
+
+
+def _needs_split(low: int | None, high: int | None, tolerance: float) -> bool:
+    return low is not None and high is not None and high - low > max(1.0, tolerance * low)
+
+
+async def find_knee(run_step: RunStep, max_concurrency: int, tolerance: float = DEFAULT_TOLERANCE) -> Search:
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
     steps: list[StepSummary] = []
-    highest_pass: StepSummary | None = None
-    lowest_fail: StepSummary | None = None
 
-    async def judge(concurrency: int) -> bool | None:
-        """Runs one step; True when it passed, False when it failed, None when the user interrupted it."""
-        nonlocal highest_pass, lowest_fail
+    async def run(concurrency: int) -> bool:
+        """Runs one step; False when the user or the time limit interrupted it (the search ends)."""
         step = await run_step(concurrency)
         steps.append(step)
-        if step.interrupted:
-            return None
-        if step.passed:
-            highest_pass = step
-        else:
-            lowest_fail = step
-        return step.passed
+        return not step.interrupted
 
     concurrency = 1
     while True:
-        passed = await judge(concurrency)
-        if passed is None:
-            return _conclude(steps, highest_pass, lowest_fail, interrupted=True)
-        if not passed or concurrency >= max_concurrency:
+        if not await run(concurrency):
+            return conclude(steps, interrupted=True)
+        levels = _Levels(steps)
+        saturation = levels.saturation
+        if concurrency >= max_concurrency:
+            break
+        if saturation is not None and (levels.lowest_fail is not None or concurrency >= 2 * saturation):
+            break
+        if levels.lowest_fail is not None and not levels.engine_reports:
             break
         concurrency = min(2 * concurrency, max_concurrency)
 
-    while highest_pass is not None and lowest_fail is not None:
-        low, high = highest_pass.concurrency, lowest_fail.concurrency
-        if high - low <= max(1.0, tolerance * low):
-            break
-        if await judge((low + high) // 2) is None:
-            return _conclude(steps, highest_pass, lowest_fail, interrupted=True)
-    return _conclude(steps, highest_pass, lowest_fail, interrupted=False)
+    while (level := _next_bisection(_Levels(steps), tolerance)) is not None:
+        if not await run(level):
+            return conclude(steps, interrupted=True)
+
+    for level in _confirmation(_Levels(steps)):
+        if not await run(level):
+            return conclude(steps, interrupted=True)
+    return conclude(steps, interrupted=False)
 
 
-def _conclude(
-    steps: list[StepSummary], knee: StepSummary | None, first_fail: StepSummary | None, *, interrupted: bool
-) -> Search:
-    limited_by, reason = limiting_factor(knee, first_fail, interrupted=interrupted)
-    return Search(knee=knee, steps=tuple(steps), limited_by=limited_by, reason=reason)
+def _next_bisection(levels: _Levels, tolerance: float) -> int | None:
+    """The middle of the lower bracket still wider than the tolerance, or None when both are narrow enough."""
+    brackets: list[tuple[int | None, int | None]] = []
+    saturation = levels.saturation
+    if saturation is not None:
+        brackets.append((levels.unsaturated_below(saturation), saturation))
+    brackets.append((levels.knee, levels.lowest_fail))
+    wide = [(low, high) for low, high in brackets if _needs_split(low, high, tolerance)]
+    if not wide:
+        return None
+    low, high = min(wide, key=lambda bracket: bracket[1] or 0)
+    assert low is not None and high is not None  # _needs_split checked both
+    return (low + high) // 2
+
+
+def _confirmation(levels: _Levels) -> tuple[int, ...]:
+    """The operating point and the level above it, where both were measured (an answer at the maximum tried, or
+    at concurrency 1, has no pair to tell apart)."""
+    knee, saturation = levels.knee, levels.saturation
+    pair: tuple[int | None, int | None]
+    if saturation is not None and (knee is None or saturation <= knee):
+        pair = (levels.unsaturated_below(saturation), saturation)
+    else:
+        pair = (knee, levels.lowest_fail)
+    low, high = pair
+    return () if low is None or high is None else (low, high)
+
+
+def conclude(steps: Sequence[StepSummary], *, interrupted: bool) -> Search:
+    """The answers the steps give (also for a fixed list of concurrencies, run without a search)."""
+    levels = _Levels(steps)
+    knee_level, fail_level, saturation_level = levels.knee, levels.lowest_fail, levels.saturation
+    knee = None if knee_level is None else levels.last(knee_level)
+    high = levels.knee_high
+    knee_range = None if knee_level is None else (knee_level, max(knee_level, high or knee_level))
+    saturation = None
+    if saturation_level is not None:
+        saturation = Saturation(
+            levels.last(saturation_level), levels.signals(saturation_level), levels.unsaturated_below(saturation_level)
+        )
+    first_fail = None if fail_level is None else levels.last(fail_level)
+    limited_by, reason = limiting_factor(knee, first_fail, saturation, interrupted=interrupted)
+    return Search(
+        knee=knee,
+        knee_range=knee_range,
+        saturation=saturation,
+        steps=tuple(steps),
+        limited_by=limited_by,
+        reason=reason,
+    )
 
 
 def limiting_factor(
-    knee: StepSummary | None, first_fail: StepSummary | None, *, interrupted: bool
+    knee: StepSummary | None,
+    first_fail: StepSummary | None,
+    saturation: Saturation | None,
+    *,
+    interrupted: bool,
 ) -> tuple[LimitedBy, str]:
     """What stopped the load from rising, and one sentence saying so."""
+    saturated_first = saturation is not None and (
+        first_fail is None or saturation.step.concurrency <= first_fail.concurrency
+    )
+    limit = saturation.step if saturation is not None and saturated_first else first_fail
+    if limit is not None and limit.client_lag_p99_seconds > CLIENT_LAG_LIMIT_SECONDS:
+        return "client", (
+            f"The load generator lagged {limit.client_lag_p99_seconds * 1000:.0f} ms (p99) at concurrency "
+            f"{limit.concurrency}: it could not send on time, so this is the client's limit, not the server's; run "
+            "it from a larger machine."
+        )
+    if saturation is not None and saturated_first:
+        return _saturation_reason(saturation, first_fail)
     if first_fail is None:
         if interrupted or knee is None:
-            return "none", "The run stopped before any step failed, so no limit was found."
+            return "none", "The run stopped before any step failed or saturated the engine, so no limit was found."
         return (
             "max_concurrency",
-            f"Every step passed up to the maximum concurrency {knee.concurrency}: the server's limit lies above it.",
+            f"Every step passed up to the maximum concurrency {knee.concurrency} and the engine never saturated: "
+            "the server's limit lies above it.",
         )
     at = f"at concurrency {first_fail.concurrency}"
-    if first_fail.client_lag_p99_seconds > CLIENT_LAG_LIMIT_SECONDS:
-        return "client", (
-            f"The load generator lagged {first_fail.client_lag_p99_seconds * 1000:.0f} ms (p99) {at}: it could not "
-            "send on time, so this is the client's limit, not the server's; run it from a larger machine."
-        )
     if first_fail.failing_slo == "errors":
         return "errors", f"{first_fail.errors} of {first_fail.requests} requests failed {at}."
-    filled = _cache_filled(first_fail, knee)
-    if filled is not None:
-        return "kv_cache", f"The KV cache filled ({_kv_evidence(filled)}), and latency broke the SLO {at}."
     slo = first_fail.failing_slo or "ttft"
     share = f"{first_fail.slo_attainment:.1%}" if first_fail.slo_attainment is not None else "no requests"
     limited_by: LimitedBy = "slo:itl" if slo == "itl" else "slo:ttft"
     return limited_by, (
-        f"The {slo.upper()} objective broke {at} ({share} of requests met the SLOs) while the KV cache still had room."
+        f"The {slo.upper()} objective broke {at} ({share} of requests met the SLOs) before the engine saturated."
     )
 
 
-def _cache_filled(first_fail: StepSummary, knee: StepSummary | None) -> StepSummary | None:
-    """The step showing the KV cache full (usage near 1 or preemptions), or a queue building past the knee."""
-    for step in (first_fail, knee):
-        if step is None:
-            continue
-        if step.kv_cache_usage_max is not None and step.kv_cache_usage_max >= KV_FULL_RATIO:
-            return step
-        if step.preemptions:
-            return step
-    # Requests arriving between two engine iterations wait a moment at any load; a queue that builds is at least
-    # one request deep on average and more than twice what it was at the knee.
-    waiting = first_fail.requests_waiting
-    waiting_at_knee = (knee.requests_waiting or 0.0) if knee is not None else 0.0
-    if waiting is not None and waiting >= 1.0 and waiting > 2 * waiting_at_knee:
-        return first_fail
-    return None
+def _saturation_reason(saturation: Saturation, first_fail: StepSummary | None) -> tuple[LimitedBy, str]:
+    step = saturation.step
+    evidence = _evidence(step, saturation.signals)
+    slo = "" if first_fail is None else f"; the SLOs broke at concurrency {first_fail.concurrency}"
+    if "kv_full" in saturation.signals or "preemptions" in saturation.signals:
+        return (
+            "kv_cache",
+            f"The engine saturated at concurrency {step.concurrency}: its KV cache filled ({evidence}){slo}.",
+        )
+    return "saturation", (
+        f"The engine saturated at concurrency {step.concurrency} with room in its KV cache ({evidence}): a batch "
+        f"limit (max running requests) or compute holds it{slo}."
+    )
 
 
-def _kv_evidence(step: StepSummary) -> str:
+def _evidence(step: StepSummary, signals: Sequence[Signal]) -> str:
     parts = []
-    if step.kv_cache_usage_max is not None:
-        parts.append(f"usage up to {step.kv_cache_usage_max:.0%}")
+    if step.kv_cache_usage_ratio is not None:
+        parts.append(f"KV usage {step.kv_cache_usage_ratio:.0%} (p90)")
+    if "queue" in signals and step.waiting_sample_share is not None:
+        parts.append(f"requests waiting in {step.waiting_sample_share:.0%} of the engine's samples")
     if step.preemptions:
         parts.append(f"{step.preemptions:.0f} preemptions")
-    if step.requests_waiting:
-        parts.append(f"{step.requests_waiting:.1f} requests waiting on average")
-    return ", ".join(parts) + f" at concurrency {step.concurrency}"
+    if "throughput_plateau" in signals:
+        parts.append(f"throughput flat at {step.request_rate:.1f} requests/s")
+    return ", ".join(parts)

@@ -1,11 +1,11 @@
-"""Alert thresholds from the knee: the KV usage and queue depth at which the server still met its SLOs, as a
-fragment of Plimsoll's config (`saturation:`), written to thresholds.yaml or merged into the user's config, with
-the knee itself as one replica's capacity (`autoscaling.workloads[].knee_concurrency` of the workload serving the
-tested model).
+"""Alert thresholds from the operating point (the lower of the SLO knee and the saturation point): the KV usage and
+queue depth at which the server still met its SLOs and held its load, as a fragment of Plimsoll's config
+(`saturation:`), written to thresholds.yaml or merged into the user's config, with the operating point itself as one
+replica's capacity (`autoscaling.workloads[].knee_concurrency` of the workload serving the tested model).
 
-KV usage at the knee is lowered by a margin so the alert fires just before the knee rather than at it, and kept
-within [0.5, 0.99]: under half full is no saturation signal, and a full pool is too late. The queue threshold is
-the mean number of requests waiting at the knee, rounded up: more than that waiting is past the knee.
+KV usage at the operating point is lowered by a margin so the alert fires just before it rather than at it, and
+kept within [0.5, 0.99]: under half full is no saturation signal, and a full pool is too late. The queue threshold
+is the mean number of requests waiting there, rounded up: more than that waiting is past it.
 """
 
 import math
@@ -42,10 +42,10 @@ class ThresholdsError(Exception):
 
 @dataclass(frozen=True)
 class Thresholds:
-    kv_usage: float | None  # None: the engine reported no KV usage at the knee
-    queue: int | None  # None: the engine reported no queue at the knee
+    kv_usage: float | None  # None: the engine reported no KV usage at the operating point
+    queue: int | None  # None: the engine reported no queue at the operating point
     margin: float
-    knee_concurrency: int | None  # None: no knee, so nothing to calibrate from
+    knee_concurrency: int | None  # None: no operating point, so nothing to calibrate from
 
     def fragment(self) -> Fragment | None:
         """The measured part of the config's `saturation:` block; None when nothing was measured."""
@@ -57,17 +57,18 @@ class Thresholds:
         return {"saturation": measured} if measured else None
 
 
-def derive_thresholds(knee: StepSummary | None, margin: float = DEFAULT_MARGIN) -> Thresholds:
-    if knee is None:
+def derive_thresholds(point: StepSummary | None, margin: float = DEFAULT_MARGIN) -> Thresholds:
+    """The thresholds at `point`, the operating point; none where there is no point to calibrate from."""
+    if point is None:
         return Thresholds(kv_usage=None, queue=None, margin=margin, knee_concurrency=None)
     kv_usage = None
-    if knee.kv_cache_usage_ratio is not None:
-        lowered = min(max(knee.kv_cache_usage_ratio * (1 - margin), KV_USAGE_FLOOR), KV_USAGE_CEILING)
+    if point.kv_cache_usage_ratio is not None:
+        lowered = min(max(point.kv_cache_usage_ratio * (1 - margin), KV_USAGE_FLOOR), KV_USAGE_CEILING)
         # Rounded down: a threshold a hair lower alerts a hair earlier, never later.
         kv_usage = math.floor(round(lowered * 1000, 6)) / 1000
     # Rounded before ceil so 2.0000000001 waiting (float noise in a mean) stays 2.
-    queue = None if knee.requests_waiting is None else math.ceil(round(knee.requests_waiting, 6))
-    return Thresholds(kv_usage=kv_usage, queue=queue, margin=margin, knee_concurrency=knee.concurrency)
+    queue = None if point.requests_waiting is None else math.ceil(round(point.requests_waiting, 6))
+    return Thresholds(kv_usage=kv_usage, queue=queue, margin=margin, knee_concurrency=point.concurrency)
 
 
 def render_thresholds_yaml(fragment: Fragment, lead_time_seconds: float, header: Sequence[str]) -> str:
@@ -85,7 +86,8 @@ def render_thresholds_yaml(fragment: Fragment, lead_time_seconds: float, header:
 
 @dataclass(frozen=True)
 class ReplicaKnee:
-    """The knee as the capacity of one replica, for the autoscaling workload that serves the tested model."""
+    """The operating point as the capacity of one replica (the config's knee_concurrency), for the autoscaling
+    workload that serves the tested model."""
 
     concurrency: int
     # The model labels the tested server may go by, in the order they are tried: the config target's `model`, then

@@ -1,4 +1,4 @@
-"""The engine's own view of a load step: its /metrics read at 2 Hz through Plimsoll's engine adapters.
+"""The engine's own view of a load step: its /metrics read at 4 Hz through Plimsoll's engine adapters.
 
 Any engine Plimsoll reads works. A page that cannot be fetched or read is a reason, never an exception: the load
 step goes on without engine readings and says why.
@@ -17,7 +17,7 @@ from exporter.loadtest.measure import EngineSample
 from exporter.sources.engines import read_page
 from exporter.sources.engines.base import EngineReading
 
-SAMPLE_INTERVAL_SECONDS = 0.5
+SAMPLE_INTERVAL_SECONDS = 0.25
 # A page read must not hold the sampler long: at 2 Hz, one slow read should cost at most a couple of samples.
 READ_TIMEOUT_SECONDS = 2.0
 MAX_PAGE_BYTES = 16 << 20

@@ -1,12 +1,17 @@
 """What the load generator sends: prompt and output lengths, fixed, drawn from a distribution, or from a trace.
 
-Synthetic prompts are words drawn at random from a list of common short words (roughly one token each): random so
-that no two prompts share a prefix the engine could cache, seeded so that every step, and a second run, sends the
-same sequence. The real token count is whatever the server's usage says.
+Synthetic prompts are words drawn at random from a list of common short words (roughly one token each), seeded so
+that a second run draws the same lengths and words. The real token count is whatever the server's usage says.
+
+A run draws one stream of requests for all its steps, and each prompt opens with a marker of the run and the
+request's number (`unique_prompts`): no step, no request and no later run sends a prefix the engine has cached, so
+prefix caching (on by default in vLLM and SGLang) never shortens a prefill the test means to measure. A trace whose
+requests share a system prompt on purpose is sent as written with `unique_prompts` off.
 """
 
 import json
 import random
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import cycle
@@ -86,8 +91,23 @@ def check_lengths(flag: str, lengths: Lengths) -> Lengths:
     return lengths
 
 
-def requests(workload: Workload) -> Iterator[WorkRequest]:
-    """An endless, repeatable sequence of requests: the same workload always yields the same sequence."""
+def requests(workload: Workload, marker: str | None = None) -> Iterator[WorkRequest]:
+    """An endless sequence of requests; each prompt opens with `{marker}-{number}: ` where a marker is given."""
+    numbered = enumerate(_drawn(workload))
+    if marker is None:
+        yield from (request for _, request in numbered)
+        return
+    for number, request in numbered:
+        yield WorkRequest(_marked(request.prompt, f"{marker}-{number}: "), request.max_tokens)
+
+
+def run_marker() -> str:
+    """A marker no earlier run has used, so its prompts share no prefix with theirs."""
+    return secrets.token_hex(4)
+
+
+def _drawn(workload: Workload) -> Iterator[WorkRequest]:
+    """The workload's own sequence: the trace in a loop, or seeded draws (the same seed, the same sequence)."""
     if isinstance(workload, TraceWorkload):
         yield from cycle(workload.requests)
         return
@@ -95,6 +115,14 @@ def requests(workload: Workload) -> Iterator[WorkRequest]:
     while True:
         prompt_tokens = workload.prompt_tokens.draw(rng)
         yield WorkRequest(" ".join(rng.choices(_WORDS, k=prompt_tokens)), workload.output_tokens.draw(rng))
+
+
+def _marked(prompt: Prompt, mark: str) -> Prompt:
+    """The prompt with `mark` in front of its first message (the one a prefix cache matches first)."""
+    if isinstance(prompt, str):
+        return mark + prompt
+    first, *rest = prompt
+    return ({**first, "content": mark + first["content"]}, *rest)
 
 
 def describe(workload: Workload) -> dict[str, Any]:
@@ -134,6 +162,8 @@ def _trace_record(where: str, line: str, default_max_tokens: int) -> WorkRequest
         record = json.loads(line)
     except json.JSONDecodeError as error:
         raise WorkloadError(f"{where}: not JSON ({error.msg})") from None
+    except RecursionError:
+        raise WorkloadError(f"{where}: nested too deeply to read (expected a flat JSON object)") from None
     if not isinstance(record, dict):
         raise WorkloadError(f"{where}: expected a JSON object with prompt or messages")
     max_tokens = record.get("max_tokens", default_max_tokens)

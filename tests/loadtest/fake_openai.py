@@ -1,13 +1,15 @@
 """A small OpenAI-compatible streaming server for unit tests, on 127.0.0.1, told how to behave.
 
 It streams one word per token at a set pace after a set first-token delay, reports usage in its last chunk,
-records how many requests it held at once, and can stall mid-stream, answer errors, answer without streaming,
-demand a key, or serve a recorded /metrics page.
+records how many requests it held at once and when each arrived, and can stall mid-stream, stop short of
+max_tokens (as a model that reaches its end-of-sequence token does), answer errors, answer without streaming,
+demand a key, answer /health with a status, or serve a recorded /metrics page.
 """
 
 import asyncio
 import json
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -30,6 +32,10 @@ class Behaviour:
     usage: bool = True
     has_chat: bool = True
     raw_stream: bytes | None = None  # answer with exactly these bytes as an event stream (malformed streams)
+    # Stream at most this many tokens, as a model that reaches its end-of-sequence token early does; a request that
+    # asks to ignore_eos gets every token it asks for, as from vLLM.
+    answer_tokens: int | None = None
+    health_status: int = 200  # what GET /health answers (503: an engine still loading its model)
 
 
 @dataclass
@@ -38,6 +44,7 @@ class Observed:
     peak_in_flight: int = 0
     requests: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)  # time.monotonic() as each completion request arrived
     metrics_reads: int = 0
     authorization: list[str | None] = field(default_factory=list)
 
@@ -55,6 +62,7 @@ class FakeOpenAI:
         if self.behaviour.has_chat:
             app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/health", self._health)
         return app
 
     def _authorised(self, request: web.Request) -> bool:
@@ -69,6 +77,9 @@ class FakeOpenAI:
             {"object": "list", "data": [{"id": m, "object": "model"} for m in self.behaviour.models]}
         )
 
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(status=self.behaviour.health_status)
+
     async def _metrics(self, request: web.Request) -> web.Response:
         self.observed.metrics_reads += 1
         if self.behaviour.metrics_page is None:
@@ -76,6 +87,7 @@ class FakeOpenAI:
         return web.Response(text=self.behaviour.metrics_page, content_type="text/plain")
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
+        self.observed.arrivals.append(time.monotonic())
         self.observed.in_flight += 1
         self.observed.peak_in_flight = max(self.observed.peak_in_flight, self.observed.in_flight)
         try:
@@ -101,6 +113,8 @@ class FakeOpenAI:
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]
         prompt_tokens = len(prompt.split())
         tokens = int(body["max_tokens"])
+        if behaviour.answer_tokens is not None and not body.get("ignore_eos"):
+            tokens = min(tokens, behaviour.answer_tokens)
         if not behaviour.stream:
             text = " ".join("tok" for _ in range(tokens))
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": tokens}
@@ -133,15 +147,15 @@ async def _event(response: web.StreamResponse, payload: dict[str, Any]) -> None:
 
 
 @asynccontextmanager
-async def serving(behaviour: Behaviour) -> AsyncIterator[FakeOpenAI]:
-    """The fake server on a free loopback port for the duration of the block; always shut down."""
+async def serving(behaviour: Behaviour, port: int = 0) -> AsyncIterator[FakeOpenAI]:
+    """The fake server on loopback (on `port`, else a free one) for the duration of the block; always shut down."""
     fake = FakeOpenAI(behaviour)
     runner = web.AppRunner(fake.app(), shutdown_timeout=0.1)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    fake.url = f"http://127.0.0.1:{port}"
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    fake.url = f"http://127.0.0.1:{bound}"
     try:
         yield fake
     finally:

@@ -5,19 +5,32 @@ It behaves like a continuously batching engine (vLLM's scheduler, simplified): a
 `itl_base + itl_per_request x batch + prefill_per_token x tokens prefilled in it`; a request waits in a FIFO queue
 while slots or blocks run out; when a running request needs a block and none is free, the newest running request is
 preempted (its blocks freed, recomputed later); past `queue_bound` waiting requests, new ones are refused at once.
+With `noise`, each iteration's time is multiplied by a seeded log-normal factor, so attainment near the knee is a
+share, not a step function. With `prefix_cache`, a prompt the engine has seen before (any earlier step) skips its
+prefill, as vLLM's prefix caching does: what a load test that repeats prompts would measure.
 
-`simulated_step` drives it with N closed-loop clients exactly as the runner does (warm-up discarded, an early end
-when the step is certainly failing, an extension up to twice the duration while unsure) and returns the StepRun
-the runner would, so the judge and the search are tested on the same values. A 30 s step runs in milliseconds.
+`simulated_step` drives it with N closed-loop clients as the runner does (clients ramped in over the first half
+of the warm-up, the warm-up discarded, a look every half second with the runner's sequential test, an early end
+when certainly failing, an extension while unsure, and every request sent in the window awaited) and returns the
+StepRun the runner would, so the judge and the search are tested on the same values. A 30 s step runs in
+milliseconds.
 """
 
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
-from exporter.loadtest.judge import MAX_EXTENSION, StepSummary, settled, summarize, worth_extending
+from exporter.loadtest.judge import (
+    MAX_EXTENSION,
+    StepSummary,
+    certainly_failing,
+    judged_so_far,
+    summarize,
+    worth_extending,
+)
 from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun
+from exporter.loadtest.runner import CHECK_INTERVAL_SECONDS
 
 SAMPLE_INTERVAL_SECONDS = 0.5
 
@@ -31,8 +44,11 @@ class SimulatedEngine:
     itl_per_request_seconds: float = 0.0005
     prefill_seconds_per_token: float = 0.00001
     queue_bound: int | None = None  # waiting requests past which new ones are refused ("http 503")
+    max_in_flight: int | None = None  # a proxy in front: requests past this many in the engine are refused
     refusal_seconds: float = 0.05  # round trip of a refused request before its client sends again
     client_lag_seconds: float = 0.001  # how late the load generator sends: reported as its loop lag
+    noise: float = 0.0  # sigma of the log-normal factor on each iteration's time (0: deterministic)
+    prefix_cache: bool = False  # a prompt seen before skips its prefill
 
 
 @dataclass(frozen=True)
@@ -41,6 +57,14 @@ class SimulatedWorkload:
     output_tokens: int = 64
     spread: float = 0.0  # each length drawn uniformly within +- this share
     seed: int = 0
+    fresh_prompts: bool = True  # False: every step sends the same prompts again (what loadtest once did)
+
+
+@dataclass
+class EngineState:
+    """What the engine keeps from one step to the next: the prompts in its prefix cache."""
+
+    cached: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -49,6 +73,7 @@ class _Request:
     sent: float
     prompt: int
     output: int
+    identity: int = 0  # which prompt: equal identities are the same text
     generated: int = 0
     blocks: int = 0
     first_token: float | None = None
@@ -65,11 +90,19 @@ def simulated_step(
     slos: SloSpec | None = None,
     warmup: float = 5.0,
     timeout: float = 60.0,
+    state: EngineState | None = None,
+    prompts: Iterator[int] | None = None,
+    noise_seed: int = 0,
 ) -> StepRun:
-    """One load step; with `slos`, it ends early when certainly failing and extends while unsure, as the runner."""
+    """One load step; with `slos`, it ends early when certainly failing and extends while unsure, as the runner.
+    `prompts` yields each request's prompt identity (default: a fresh one each); `state` carries the prefix cache
+    between steps; `noise_seed` seeds the iteration-time noise."""
     rng = random.Random(workload.seed * 1_000_003 + concurrency)
+    noise = random.Random(noise_seed * 1_000_003 + concurrency)
+    state = state or EngineState()
+    identities = prompts or _fresh()
     start, end, longest_end = warmup, warmup + duration, warmup + MAX_EXTENSION * duration
-    next_send = [engine.client_lag_seconds * (client + 1) / concurrency for client in range(concurrency)]
+    next_send = [warmup / 2 * client / concurrency + engine.client_lag_seconds for client in range(concurrency)]
     waiting: deque[_Request] = deque()
     running: list[_Request] = []
     free_blocks = engine.kv_blocks
@@ -80,7 +113,7 @@ def simulated_step(
     next_sample = start
     now = 0.0
     ended_early: str | None = None
-    judged = 0
+    next_check = start
 
     def length(mean: int) -> int:
         return max(1, round(mean * (1 + rng.uniform(-workload.spread, workload.spread))))
@@ -117,37 +150,42 @@ def simulated_step(
             )
         )
 
+    def oldest_in_flight() -> float | None:
+        sent = [r.sent - start for queue in (running, waiting) for r in queue if r.sent >= start]
+        return min(sent, default=None)
+
     while True:
+        # The runner's looks: every CHECK_INTERVAL_SECONDS of the window, the sequential test on the requests sent
+        # before the oldest one in flight; at the planned end, an extension while unsure and worth it.
+        while slos is not None and ended_early is None and next_check <= min(now, end):
+            judged = judged_so_far(records, oldest_in_flight())
+            ended_early = certainly_failing(judged, slos)
+            if ended_early is not None:
+                end = now
+            elif next_check >= end - 1e-9 and end < longest_end:
+                share = (longest_end - end) / max(end - start, 1e-9)
+                if worth_extending(judged, slos, share):
+                    end = min(longest_end, end + CHECK_INTERVAL_SECONDS)
+            next_check += CHECK_INTERVAL_SECONDS
         # The step's measured window: no new sends after it closes; in-flight requests drain.
-        extendable = slos is not None and ended_early is None and end < longest_end
-        if now >= end and extendable and worth_extending(records, slos):
-            end = min(longest_end, now + SAMPLE_INTERVAL_SECONDS)
-        sending = now < end and ended_early is None
+        sending = now < end
         if sending:
             for client, when in enumerate(next_send):
                 if when > now:
                     continue
-                request = _Request(client, when, length(workload.prompt_tokens), length(workload.output_tokens))
+                request = _Request(
+                    client, when, length(workload.prompt_tokens), length(workload.output_tokens), next(identities)
+                )
                 next_send[client] = float("inf")
-                if engine.queue_bound is not None and len(waiting) >= engine.queue_bound:
+                full = engine.max_in_flight is not None and len(running) + len(waiting) >= engine.max_in_flight
+                if full or (engine.queue_bound is not None and len(waiting) >= engine.queue_bound):
                     finish(request, when, "http 503")
                 else:
                     waiting.append(request)
-        if ended_early is not None or (not sending and not running and not waiting):
+        if not sending and not running and not waiting:
             break
-        while sending and next_sample <= now:
-            samples.append(
-                EngineSample(
-                    t=next_sample - start,
-                    kv_cache_usage_ratio=1 - free_blocks / engine.kv_blocks,
-                    requests_running=float(len(running)),
-                    requests_waiting=float(len(waiting)),
-                    preemptions_total=float(preemptions),
-                )
-            )
-            next_sample += SAMPLE_INTERVAL_SECONDS
         if not running and not waiting:
-            now = min(min(next_send), end)
+            now = min(min(next_send), end, next_check if slos is not None and ended_early is None else end)
             continue
 
         # Running requests that need one more block take it; when none is left, the newest is preempted.
@@ -172,14 +210,30 @@ def simulated_step(
             waiting.popleft()
             candidate.blocks = blocks_for(tokens)
             free_blocks -= candidate.blocks
-            prefill_tokens += tokens - 1
+            if not (engine.prefix_cache and candidate.identity in state.cached):
+                prefill_tokens += tokens - 1
+            state.cached.add(candidate.identity)
             running.append(candidate)
+        # Sampled after the scheduler admitted what fits, as a real engine's gauges are read between iterations: a
+        # request that arrived a moment ago and is admitted in this iteration is not counted as waiting.
+        while sending and next_sample <= now:
+            samples.append(
+                EngineSample(
+                    t=next_sample - start,
+                    kv_cache_usage_ratio=1 - free_blocks / engine.kv_blocks,
+                    requests_running=float(len(running)),
+                    requests_waiting=float(len(waiting)),
+                    preemptions_total=float(preemptions),
+                )
+            )
+            next_sample += SAMPLE_INTERVAL_SECONDS
         if not running:
             # Nothing fits even alone: the head of the queue can never run.
             head = waiting.popleft()
             finish(head, now, "bad response: prompt larger than the KV cache")
             continue
-        now += (
+        factor = noise.lognormvariate(0.0, engine.noise) if engine.noise > 0 else 1.0
+        now += factor * (
             engine.itl_base_seconds
             + engine.itl_per_request_seconds * len(running)
             + engine.prefill_seconds_per_token * prefill_tokens
@@ -201,17 +255,12 @@ def simulated_step(
             for request in [r for r in queue if now - r.sent > timeout]:
                 queue.remove(request)
                 finish(request, now, "timeout")
-        if slos is not None and ended_early is None and len(records) > judged:
-            judged = len(records)
-            ended_early = settled(records, slos)
-            if ended_early is not None:
-                end = now
 
     window_end = max(start, min(now, end))
     in_window = [tokens for when, tokens in completions if start <= when <= window_end]
     return StepRun(
         concurrency=concurrency,
-        duration_seconds=max(0.0, min(now, end) - start),
+        duration_seconds=max(0.0, now - start),  # the last awaited request's end, as the runner counts it
         window_seconds=window_end - start,
         completed_in_window=len(in_window),
         output_tokens_in_window=sum(in_window),
@@ -220,16 +269,51 @@ def simulated_step(
         engine_error=None,
         client_lag_p99_seconds=engine.client_lag_seconds,
         ended_early=ended_early,
+        warmup_seconds=warmup,
     )
 
 
+def _fresh() -> Iterator[int]:
+    number = 0
+    while True:
+        number += 1
+        yield number
+
+
+def _repeated() -> Iterator[int]:
+    """The same sequence of prompts every step (a workload stream restarted per step)."""
+    return _fresh()
+
+
 def step_runner(
-    engine: SimulatedEngine, workload: SimulatedWorkload, slos: SloSpec, duration: float, warmup: float = 5.0
+    engine: SimulatedEngine,
+    workload: SimulatedWorkload,
+    slos: SloSpec,
+    duration: float,
+    warmup: float = 5.0,
+    noise_seed: int = 0,
 ) -> Callable[[int], Awaitable[StepSummary]]:
-    """A `run_step` for find_knee that runs simulated steps and judges them like the command does."""
+    """A `run_step` for find_knee that runs simulated steps on one engine (its prefix cache kept between steps)
+    and judges them like the command does; each run of a level draws new noise."""
+    state = EngineState()
+    run_stream = _fresh()
+    runs = 0
 
     async def run_step(concurrency: int) -> StepSummary:
-        run = simulated_step(engine, concurrency, workload, duration, slos=slos, warmup=warmup)
+        nonlocal runs
+        runs += 1
+        prompts = run_stream if workload.fresh_prompts else _repeated()
+        run = simulated_step(
+            engine,
+            concurrency,
+            workload,
+            duration,
+            slos=slos,
+            warmup=warmup,
+            state=state,
+            prompts=prompts,
+            noise_seed=noise_seed * 1009 + runs,
+        )
         return summarize(run, slos)
 
     return run_step

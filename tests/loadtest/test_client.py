@@ -13,11 +13,17 @@ LIMITS = Limits(total_seconds=10.0, stall_seconds=2.0)
 
 
 def _send(
-    behaviour: Behaviour, kind: str = "completions", limits: Limits = LIMITS, max_tokens: int = 5
+    behaviour: Behaviour,
+    kind: str = "completions",
+    limits: Limits = LIMITS,
+    max_tokens: int = 5,
+    allow_short: bool = False,
 ) -> RequestRecord:
     async def go() -> RequestRecord:
         async with serving(behaviour) as fake, aiohttp.ClientSession() as session:
-            return await send(session, Endpoint.at(fake.url, kind), "fake-model", "one two three", max_tokens, limits)
+            endpoint = Endpoint.at(fake.url, kind)
+            prompt = "one two three"
+            return await send(session, endpoint, "fake-model", prompt, max_tokens, limits, allow_short=allow_short)
 
     return asyncio.run(go())
 
@@ -76,6 +82,38 @@ def test_a_json_answer_to_a_streaming_request_is_not_streaming() -> None:
 )
 def test_malformed_streams_are_bad_responses(raw: bytes, error: str) -> None:
     assert _send(Behaviour(raw_stream=raw)).error == error
+
+
+def test_a_chunk_nested_too_deeply_to_read_is_a_bad_response_not_an_exception() -> None:
+    record = _send(Behaviour(raw_stream=b"data: " + b"[" * 100_000 + b"\n\ndata: [DONE]\n\n"))
+    assert record.error == "bad response: a chunk nested too deeply to read"
+
+
+@pytest.mark.parametrize("kind", ["completions", "chat"])
+def test_an_answer_with_no_text_is_an_empty_answer(kind: str) -> None:
+    record = _send(Behaviour(answer_tokens=0), kind)
+    assert record.error == "empty answer"
+    assert record.ttft_seconds is None and record.e2e_seconds is None
+    # Without usage the server's count cannot say so: no text streamed is enough.
+    assert _send(Behaviour(answer_tokens=0, usage=False), kind).error == "empty answer"
+
+
+def test_an_answer_shorter_than_max_tokens_is_a_short_answer() -> None:
+    record = _send(Behaviour(answer_tokens=2), max_tokens=5)
+    assert record.error == "short answer"
+    assert record.output_tokens == 2 and record.e2e_seconds is None
+
+
+def test_a_short_answer_is_good_where_early_stops_are_allowed() -> None:
+    record = _send(Behaviour(answer_tokens=2), max_tokens=5, allow_short=True)
+    assert record.error is None
+    assert record.output_tokens == 2 and record.e2e_seconds is not None
+    # An empty answer is never good: there is nothing to time.
+    assert _send(Behaviour(answer_tokens=0), allow_short=True).error == "empty answer"
+
+
+def test_an_answer_of_every_token_asked_for_is_not_short() -> None:
+    assert _send(Behaviour(answer_tokens=5), max_tokens=5).error is None
 
 
 def test_sse_comments_and_event_fields_are_skipped() -> None:

@@ -1,11 +1,12 @@
+import dataclasses
+
 import pytest
 
 from exporter.loadtest.judge import (
-    early_failure,
-    min_requests,
-    settled,
+    SequentialTest,
+    certainly_failing,
+    judged_so_far,
     summarize,
-    verdict,
     wilson_interval,
     worth_extending,
 )
@@ -41,9 +42,23 @@ def step(requests: list[RequestRecord], engine: tuple[EngineSample, ...] = ()) -
     )
 
 
-@pytest.mark.parametrize(("objective", "needed"), [(0.99, 300), (0.9, 30), (0.95, 60), (0.5, 20), (0.999, 3000)])
-def test_min_requests_expects_three_misses_at_the_objective_and_at_least_twenty(objective: float, needed: int) -> None:
-    assert min_requests(objective) == needed
+@pytest.mark.parametrize(("objective", "good_in_a_row"), [(0.9, 18), (0.95, 37), (0.99, 194), (0.5, 3)])
+def test_a_step_with_no_misses_passes_after_the_good_requests_wald_s_boundary_needs(
+    objective: float, good_in_a_row: int
+) -> None:
+    # ln(BETA / (1 - ALPHA)) / ln((1 - fail_rate) / (1 - pass_rate)): 2.944 / 0.1719 = 17.1 at 0.9.
+    test = SequentialTest(objective)
+    assert test.verdict(good_in_a_row - 1, good_in_a_row - 1) == "unsure"
+    assert test.verdict(good_in_a_row, good_in_a_row) == "pass"
+    assert test.good_requests_to_pass(0, 0) == good_in_a_row
+
+
+def test_the_sequential_test_tests_half_against_twice_the_allowed_miss_rate() -> None:
+    test = SequentialTest(0.99)
+    assert test.pass_rate == pytest.approx(0.005)
+    assert test.fail_rate == pytest.approx(0.02)
+    # At objective 0.5 twice the allowance would be certain failure: halfway to 1 instead.
+    assert SequentialTest(0.5).fail_rate == pytest.approx(0.75)
 
 
 def test_wilson_interval_matches_the_published_value_and_stays_in_zero_to_one() -> None:
@@ -56,15 +71,12 @@ def test_wilson_interval_matches_the_published_value_and_stays_in_zero_to_one() 
     assert wilson_interval(0, 0) == (0.0, 1.0)
 
 
-def test_a_step_fails_only_when_the_upper_bound_is_under_the_objective() -> None:
-    assert verdict(good=5, total=10, objective=0.9) == "fail"
-    assert verdict(good=9, total=10, objective=0.9) == "unsure"  # upper bound 0.98: may still pass
-
-
-def test_a_step_passes_only_with_enough_requests_meeting_the_objective() -> None:
-    assert verdict(good=29, total=29, objective=0.9) == "unsure"
-    assert verdict(good=27, total=30, objective=0.9) == "pass"
-    assert verdict(good=26, total=30, objective=0.9) == "unsure"
+def test_three_misses_among_the_first_requests_fail_a_step_and_one_does_not() -> None:
+    test = SequentialTest(0.9)
+    assert test.verdict(good=0, total=3) == "fail"  # 3 x ln 4 = 4.16 > ln 19 = 2.94
+    assert test.verdict(good=9, total=10) == "unsure"
+    assert test.verdict(good=27, total=30) == "unsure"  # 3 misses in 30: the objective exactly, undecided
+    assert test.verdict(good=30, total=30) == "pass"
 
 
 def test_errors_and_timeouts_are_misses_and_count_as_requests() -> None:
@@ -97,12 +109,21 @@ def test_an_unsure_step_is_decided_by_its_point_estimate() -> None:
     assert summary.passed
 
 
-def test_a_step_is_certainly_failing_only_after_ten_requests() -> None:
+def test_a_step_is_certainly_failing_once_the_misses_cross_the_fail_boundary() -> None:
     slow = record(ttft=2.0)
-    assert early_failure([slow] * 9, SLOS) is None
-    message = early_failure([slow] * 10, SLOS)
-    assert message is not None and "after 10 requests" in message
-    assert early_failure([record()] * 9 + [slow], SLOS) is None
+    assert certainly_failing([slow] * 2, SLOS) is None
+    message = certainly_failing([slow] * 3, SLOS)
+    assert message is not None and "3 of 3 requests missed" in message
+    assert certainly_failing([record()] * 20 + [slow] * 3, SLOS) is None
+
+
+def test_a_look_judges_only_requests_sent_before_the_oldest_still_in_flight() -> None:
+    fast_late = dataclasses.replace(record(), sent_at=2.0)
+    slow_early = dataclasses.replace(record(ttft=2.0), sent_at=0.5)
+    early = dataclasses.replace(record(), sent_at=0.1)
+    # A request sent at 1.0 is still in flight: the fast one sent after it waits for it.
+    assert judged_so_far([fast_late, slow_early, early], oldest_in_flight=1.0) == [early, slow_early]
+    assert judged_so_far([fast_late, slow_early, early], oldest_in_flight=None) == [early, slow_early, fast_late]
 
 
 def test_engine_samples_become_p90_usage_mean_queue_and_preemptions_over_the_step() -> None:
@@ -138,15 +159,8 @@ def test_a_step_without_requests_fails_to_pass() -> None:
     assert summary.request_rate == 0.0
 
 
-def test_a_step_is_settled_once_it_passes_with_the_requests_a_pass_needs() -> None:
-    slos = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.9)
-    assert settled([record()] * 29, slos) is None  # a pass at 0.9 needs 30 requests
-    assert settled([record()] * 30, slos) == "passing: 30 of 30 requests met the SLOs"
-    assert "certainly failing" in str(settled([record(ttft=2.0)] * 10, slos))
-
-
 def test_an_unsure_step_runs_on_only_when_the_extension_can_reach_a_pass() -> None:
-    slos = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.99)  # a pass needs 300 requests
-    assert worth_extending([record()] * 150, slos)  # twice as long gives 300
-    assert not worth_extending([record()] * 40, slos)  # concurrency 1 on a slow server: 80 at best
-    assert not worth_extending([record()] * 300, slos)  # already a pass: nothing to extend for
+    slos = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.99)  # 194 good in a row pass
+    assert worth_extending([record()] * 100, slos, extension_share=1.0)  # as long again gives 200
+    assert not worth_extending([record()] * 40, slos, extension_share=1.0)  # 80 at best
+    assert not worth_extending([record()] * 200, slos, extension_share=1.0)  # already a pass

@@ -1,6 +1,8 @@
 """Load steps and the preflight check, against the fake server over loopback."""
 
 import asyncio
+import itertools
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -11,7 +13,17 @@ import pytest
 
 from exporter.loadtest.judge import summarize
 from exporter.loadtest.measure import RequestRecord, SloSpec, StepRun
-from exporter.loadtest.runner import LoadtestError, RunSettings, api_key_from, open_run, preflight, run_step
+from exporter.loadtest.runner import (
+    POLL_SECONDS,
+    LoadtestError,
+    RunSettings,
+    api_key_from,
+    open_run,
+    preflight,
+    run_step,
+    wait_ready,
+)
+from exporter.loadtest.watch import SAMPLE_INTERVAL_SECONDS
 from exporter.loadtest.workload import Lengths, SyntheticWorkload, TraceWorkload, WorkRequest
 from tests.loadtest.fake_openai import Behaviour, FakeOpenAI, closed_port, serving
 
@@ -67,10 +79,12 @@ def test_requests_sent_during_the_warm_up_are_discarded() -> None:
     assert step.duration_seconds == pytest.approx(0.6, abs=0.2)
 
 
-def test_the_engine_is_sampled_at_about_two_hertz_during_the_step() -> None:
+def test_the_engine_is_sampled_at_the_sampling_interval_during_the_step() -> None:
     step, _ = _step(Behaviour(itl_seconds=0.02, metrics_page=VLLM_PAGE), 2, step_seconds=1.2)
     assert step.engine_error is None
-    assert 2 <= len(step.engine) <= 4
+    # The 1.2 s step, and the last requests' few milliseconds: one sample an interval, give or take the phase.
+    expected = int(1.2 / SAMPLE_INTERVAL_SECONDS)
+    assert expected - 1 <= len(step.engine) <= expected + 1
     assert all(s.kv_cache_usage_ratio == pytest.approx(0.9677, abs=1e-3) for s in step.engine)
     assert all(s.t >= 0 for s in step.engine)
 
@@ -105,7 +119,7 @@ def test_errors_in_the_middle_of_a_run_are_recorded_as_misses() -> None:
 
 
 def test_a_certainly_failing_step_ends_early_with_the_callers_reason() -> None:
-    def stop_early(records: Sequence[RequestRecord]) -> str | None:
+    def stop_early(records: Sequence[RequestRecord], oldest_in_flight: float | None) -> str | None:
         return "certainly failing" if len(records) >= 3 else None
 
     async def go() -> StepRun:
@@ -119,22 +133,85 @@ def test_a_certainly_failing_step_ends_early_with_the_callers_reason() -> None:
     assert step.duration_seconds < 5
 
 
+def test_a_step_ended_early_still_awaits_and_records_every_request_in_flight() -> None:
+    looks: list[tuple[int, float | None]] = []
+
+    def stop_at_the_first_look(records: Sequence[RequestRecord], oldest_in_flight: float | None) -> str | None:
+        looks.append((len(records), oldest_in_flight))
+        return "certainly failing"
+
+    async def go() -> tuple[StepRun, FakeOpenAI]:
+        # Each answer takes 1 s: at the first look, half a second in, all four requests are in flight.
+        async with serving(Behaviour(ttft_seconds=1.0)) as fake:
+            settings = _settings(fake.url, step_seconds=30.0, warmup_seconds=0.0)
+            async with open_run(settings) as run:
+                step = await asyncio.wait_for(run_step(settings, 4, run, stop_early=stop_at_the_first_look), 10)
+                return step, fake
+
+    step, fake = asyncio.run(go())
+    assert looks[0][0] == 0 and looks[0][1] is not None  # nothing done yet, the oldest in flight sent at its start
+    assert step.ended_early == "certainly failing"
+    # None was cancelled: the four sent were awaited to their answers and judged, and nothing else was sent.
+    assert fake.observed.requests == 1 + 4  # the preflight request, then the step's
+    assert len(step.requests) == 4
+    assert all(r.error is None and (r.e2e_seconds or 0) >= 0.9 for r in step.requests)
+    assert step.duration_seconds >= 0.9
+    # The load was held only until the early end, and throughput is counted over that window.
+    assert step.window_seconds == pytest.approx(0.5, abs=0.2) and step.completed_in_window == 0
+
+
 def test_an_unsure_step_runs_on_up_to_twice_its_duration() -> None:
+    shares: list[float] = []
+
+    def keep_going(records: Sequence[RequestRecord], oldest_in_flight: float | None, share: float) -> bool:
+        shares.append(share)
+        return True
+
     async def go() -> StepRun:
         async with serving(Behaviour(itl_seconds=0.01)) as fake:
             settings = _settings(fake.url, warmup_seconds=0.0)
             async with open_run(settings) as run:
-                return await run_step(settings, 1, run, keep_going=lambda records: True)
+                return await run_step(settings, 1, run, keep_going=keep_going)
 
     step = asyncio.run(go())
     assert step.ended_early is None
     assert step.duration_seconds == pytest.approx(1.2, abs=0.2)
+    # Asked first at the planned end (0.6 s), when running on to 1.2 s is as long again as the time run.
+    assert shares and shares[0] == pytest.approx(1.0, abs=0.1)
+    assert all(later < earlier for earlier, later in itertools.pairwise(shares))
+
+
+def test_a_step_that_is_not_worth_extending_ends_at_its_planned_duration() -> None:
+    async def go() -> StepRun:
+        async with serving(Behaviour(itl_seconds=0.01)) as fake:
+            settings = _settings(fake.url, warmup_seconds=0.0)
+            async with open_run(settings) as run:
+                return await run_step(settings, 1, run, keep_going=lambda records, oldest, share: False)
+
+    assert asyncio.run(go()).duration_seconds == pytest.approx(0.6, abs=0.2)
+
+
+def test_workers_ramp_in_over_the_first_half_of_the_warm_up() -> None:
+    async def go() -> tuple[float, list[float]]:
+        # Each answer takes 1.5 s, so the first four requests the server sees are the four workers' first.
+        async with serving(Behaviour(ttft_seconds=1.5)) as fake:
+            settings = _settings(fake.url, warmup_seconds=1.0, step_seconds=0.3)
+            async with open_run(settings) as run:
+                started = time.monotonic()
+                await run_step(settings, 4, run)
+                return started, fake.observed.arrivals[1:]  # after the preflight request
+
+    started, arrivals = asyncio.run(go())
+    firsts = [arrival - started for arrival in arrivals[:4]]
+    # Worker i starts i/4 of the way through the first half of the 1 s warm-up: 0, 0.125, 0.25, 0.375 s, not at once.
+    assert firsts == pytest.approx([0.0, 0.125, 0.25, 0.375], abs=0.06)
+    assert len(arrivals) == 4  # each worker's second send would have come after the window closed
 
 
 def test_a_blocked_event_loop_shows_as_client_lag() -> None:
     blocked: list[bool] = []
 
-    def block_once(records: Sequence[RequestRecord]) -> None:
+    def block_once(records: Sequence[RequestRecord], oldest_in_flight: float | None) -> None:
         if not blocked:
             blocked.append(True)
             time.sleep(0.3)  # the load generator's loop stalls, as an overloaded client's would
@@ -199,6 +276,25 @@ def test_a_missing_endpoint_suggests_the_other_one() -> None:
     assert "try --endpoint completions" in _refusal(Behaviour(has_chat=False), endpoint="chat")
 
 
+def test_a_server_that_answers_short_is_refused_with_the_flags_that_help() -> None:
+    message = _refusal(Behaviour(answer_tokens=2))
+    assert "got 2 of 4 tokens: the model stopped early" in message
+    assert "--ignore-eos" in message and "--allow-short-answers" in message
+
+
+def test_a_short_answering_server_passes_the_preflight_with_either_flag() -> None:
+    async def go(**changes: object) -> str:
+        async with serving(Behaviour(answer_tokens=2)) as fake, aiohttp.ClientSession() as session:
+            return await preflight(session, _settings(fake.url, **changes))
+
+    assert asyncio.run(go(ignore_eos=True)) == "fake-model"
+    assert asyncio.run(go(allow_short_answers=True)) == "fake-model"
+
+
+def test_a_server_that_generates_nothing_is_refused() -> None:
+    assert "streamed no text: the server answers, but generates nothing" in _refusal(Behaviour(answer_tokens=0))
+
+
 def test_a_server_that_stalls_is_refused_before_the_run() -> None:
     assert "stopped streaming" in _refusal(Behaviour(stall_after_tokens=1))
 
@@ -230,18 +326,112 @@ def test_a_chat_trace_on_the_completions_endpoint_is_refused() -> None:
     assert "use --endpoint chat" in _refusal(Behaviour(), workload=trace)
 
 
-def test_a_chat_trace_is_replayed_on_the_chat_endpoint() -> None:
-    trace = TraceWorkload(
-        (WorkRequest(({"role": "user", "content": "first one"},), 2), WorkRequest("second one", 3)), "t.jsonl"
+CHAT_TRACE = TraceWorkload(
+    (WorkRequest(({"role": "user", "content": "first one"},), 2), WorkRequest("second one", 3)), "t.jsonl"
+)
+
+
+def test_a_chat_trace_is_replayed_on_the_chat_endpoint_as_written_without_unique_prompts() -> None:
+    step, fake = _step(
+        Behaviour(), 1, endpoint="chat", workload=CHAT_TRACE, unique_prompts=False, warmup_seconds=0.0, step_seconds=0.3
     )
-    step, fake = _step(Behaviour(), 1, endpoint="chat", workload=trace, warmup_seconds=0.0, step_seconds=0.3)
     sent = fake.observed.bodies[1:]  # after the preflight request
-    assert [b["messages"] for b in sent[:2]] == [
+    assert [b["messages"] for b in sent[:4]] == [
         [{"role": "user", "content": "first one"}],
         [{"role": "user", "content": "second one"}],
-    ]
+    ] * 2
     assert [b["max_tokens"] for b in sent[:2]] == [2, 3]
     assert step.requests and all(r.error is None for r in step.requests)
+
+
+def test_every_prompt_of_a_run_opens_with_the_runs_marker_and_its_number_across_steps() -> None:
+    async def go() -> FakeOpenAI:
+        async with serving(Behaviour()) as fake:
+            settings = _settings(fake.url, endpoint="chat", workload=CHAT_TRACE, warmup_seconds=0.0, step_seconds=0.3)
+            async with open_run(settings) as run:
+                await run_step(settings, 1, run)
+                await run_step(settings, 2, run)
+            return fake
+
+    sent = [body["messages"][0]["content"] for body in asyncio.run(go()).observed.bodies[1:]]
+    marked = [re.fullmatch(r"([0-9a-f]{8})-(\d+): (first one|second one)", content) for content in sent]
+    assert all(marked), sent[:4]
+    assert len({match.group(1) for match in marked if match}) == 1  # one marker for the run
+    # One stream of requests for both steps: no number is sent twice, so no step repeats an earlier prompt.
+    numbers = sorted(int(match.group(2)) for match in marked if match)
+    assert numbers == list(range(len(sent)))
+
+
+def test_wait_ready_waits_for_a_server_that_starts_listening_late() -> None:
+    port = closed_port()
+    url = f"http://127.0.0.1:{port}"
+
+    async def go() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        listening_at: list[float] = []
+        done = asyncio.Event()
+
+        async def late_server() -> None:
+            await asyncio.sleep(1.0)  # the engine is still loading: nothing listens on the port yet
+            async with serving(Behaviour(), port=port):
+                listening_at.append(loop.time())
+                await done.wait()
+
+        server = asyncio.create_task(late_server())
+        try:
+            async with aiohttp.ClientSession() as session, asyncio.timeout(10):
+                await wait_ready(session, _settings(url, ready_timeout_seconds=10.0))
+                ready_at = loop.time()
+        finally:
+            done.set()
+            await server
+        return listening_at[0], ready_at
+
+    listening_at, ready_at = asyncio.run(go())
+    assert listening_at <= ready_at <= listening_at + POLL_SECONDS + 0.5
+
+
+def test_a_server_that_never_listens_is_refused_after_the_ready_timeout() -> None:
+    async def go() -> tuple[str, float]:
+        async with aiohttp.ClientSession() as session:
+            started = time.monotonic()
+            with pytest.raises(LoadtestError) as refused:
+                await wait_ready(session, _settings(f"http://127.0.0.1:{closed_port()}", ready_timeout_seconds=1.0))
+            return str(refused.value), time.monotonic() - started
+
+    message, waited = asyncio.run(go())
+    assert "nothing answers at http://127.0.0.1:" in message
+    assert 1.0 <= waited < 1.0 + POLL_SECONDS + 1.0
+
+
+def test_a_server_whose_health_says_it_is_loading_is_waited_for_until_it_is_ready() -> None:
+    async def go() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        async with serving(Behaviour(health_status=503)) as fake, aiohttp.ClientSession() as session:
+            ready_since: list[float] = []
+
+            def loaded() -> None:
+                ready_since.append(loop.time())
+                fake.behaviour.health_status = 200
+
+            loop.call_later(0.7, loaded)
+            async with asyncio.timeout(10):
+                await wait_ready(session, _settings(fake.url, ready_timeout_seconds=10.0))
+            return ready_since[0], loop.time()
+
+    loaded_at, ready_at = asyncio.run(go())
+    assert loaded_at <= ready_at <= loaded_at + POLL_SECONDS + 0.5
+
+
+def test_a_server_still_loading_at_the_ready_timeout_is_refused_naming_the_flag() -> None:
+    async def go() -> None:
+        async with serving(Behaviour(health_status=503)) as fake, aiohttp.ClientSession() as session:
+            await wait_ready(session, _settings(fake.url, ready_timeout_seconds=0.6))
+
+    with pytest.raises(
+        LoadtestError, match=r"/health answered HTTP 503: the server is not ready \(waited 0\.6s, --ready-timeout\)"
+    ):
+        asyncio.run(go())
 
 
 def test_a_server_that_stops_answering_mid_run_ends_the_step_within_step_plus_request_timeout() -> None:

@@ -30,9 +30,9 @@ SHAPES: dict[str, tuple[SimulatedEngine, SloSpec, str]] = {
         SloSpec(ttft_seconds=0.5, itl_seconds=0.06, objective=0.99),
         "kv_cache",
     ),
-    # 16 slots and 8 places in the queue: a 25th concurrent request is refused.
+    # A proxy in front refuses a 25th concurrent request while the engine still has room.
     "error-limited": (
-        SimulatedEngine(itl_base_seconds=0.02, max_batch=16, queue_bound=8),
+        SimulatedEngine(itl_base_seconds=0.02, max_in_flight=24),
         SloSpec(ttft_seconds=10.0, itl_seconds=0.06, objective=0.99),
         "errors",
     ),
@@ -67,11 +67,15 @@ def test_a_lagging_load_generator_is_reported_as_the_limit_not_the_server() -> N
     assert "80 ms" in found.reason
 
 
-def test_doubling_then_bisection_never_runs_a_concurrency_twice() -> None:
+def test_doubling_then_bisection_runs_only_the_answer_and_the_level_above_it_twice() -> None:
     engine, slos, _ = SHAPES["slo-limited"]
-    ran = [step.concurrency for step in search(engine, slos).steps]
+    found = search(engine, slos)
+    ran = [step.concurrency for step in found.steps]
     assert ran[:7] == [1, 2, 4, 8, 16, 32, 64]
-    assert len(ran) == len(set(ran))
+    repeated = sorted(level for level in set(ran) if ran.count(level) > 1)
+    assert found.knee is not None
+    assert repeated == sorted(ran[-2:]) and ran[-2] == found.knee.concurrency
+    assert all(ran.count(level) <= 2 for level in ran)
 
 
 def test_a_server_that_never_fails_is_limited_by_the_maximum_concurrency_tried_last() -> None:

@@ -1,5 +1,6 @@
-"""Thresholds from the knee, thresholds.yaml, and --write into the user's config (comments kept, backup, atomic),
-the knee included as the autoscaling workload's knee_concurrency."""
+"""Thresholds from the operating point (the lower of the SLO knee and the saturation point), thresholds.yaml, and
+--write into the user's config (comments kept, backup, atomic), the operating point included as the autoscaling
+workload's knee_concurrency."""
 
 import errno
 import re
@@ -30,21 +31,21 @@ nvml: false
 """
 
 
-def test_kv_threshold_is_the_knee_usage_less_the_margin_clamped_to_half_and_0_99():
-    knee = built_steps.step(12, passed=True, kv=0.86, waiting=1.3)
-    assert derive_thresholds(knee, 0.05).kv_usage == 0.817
-    assert derive_thresholds(replace(knee, kv_cache_usage_ratio=0.2), 0.05).kv_usage == 0.5
-    assert derive_thresholds(replace(knee, kv_cache_usage_ratio=1.0), 0.0).kv_usage == 0.99
+def test_kv_threshold_is_the_operating_points_usage_less_the_margin_clamped_to_half_and_0_99():
+    point = built_steps.step(12, passed=True, kv=0.86, waiting=1.3)
+    assert derive_thresholds(point, 0.05).kv_usage == 0.817
+    assert derive_thresholds(replace(point, kv_cache_usage_ratio=0.2), 0.05).kv_usage == 0.5
+    assert derive_thresholds(replace(point, kv_cache_usage_ratio=1.0), 0.0).kv_usage == 0.99
 
 
-def test_queue_threshold_is_the_mean_waiting_at_the_knee_rounded_up():
-    knee = built_steps.step(12, passed=True, kv=0.86, waiting=1.3)
-    assert derive_thresholds(knee).queue == 2
-    assert derive_thresholds(replace(knee, requests_waiting=0.0)).queue == 0
-    assert derive_thresholds(replace(knee, requests_waiting=None)).queue is None
+def test_queue_threshold_is_the_mean_waiting_at_the_operating_point_rounded_up():
+    point = built_steps.step(12, passed=True, kv=0.86, waiting=1.3)
+    assert derive_thresholds(point).queue == 2
+    assert derive_thresholds(replace(point, requests_waiting=0.0)).queue == 0
+    assert derive_thresholds(replace(point, requests_waiting=None)).queue is None
 
 
-def test_no_knee_or_no_engine_readings_give_nothing_to_write():
+def test_no_operating_point_or_no_engine_readings_give_nothing_to_write():
     assert derive_thresholds(None).fragment() is None
     silent = built_steps.step(4, passed=True, kv=None, waiting=None)
     assert derive_thresholds(silent).fragment() is None
@@ -60,7 +61,20 @@ def test_thresholds_yaml_passes_check_config_and_becomes_the_saturated_alert(tmp
     rules = next(item.text for item in artifacts(config) if item.path.endswith("plimsoll.rules.yaml"))
     assert "plimsoll_kv_cache_usage_ratio >= 0.817" in rules
     assert "plimsoll_requests_waiting > 2" in rules
-    assert "# Autoscaling: one replica holds 12 requests within the SLOs: knee_concurrency: 12 in the" in text
+    assert "# SLO knee: concurrency 12.\n# Saturation point: concurrency 14 (kv_full, queue).\n" in text
+    assert "# Operating point (the lower of the two): concurrency 12; KV usage there (p90) 0.860," in text
+    assert "# Autoscaling: one replica holds 12 requests: knee_concurrency: 12 in the" in text
+
+
+def test_thresholds_yaml_from_a_saturation_point_below_the_knee_is_calibrated_there(tmp_path):
+    written = write_outputs(tmp_path, built_steps.saturated_below_knee())
+    assert written.thresholds is not None
+    text = written.thresholds.read_text()
+    config = load_config(written.thresholds)
+    # KV usage 0.6 at the saturation point (8) x 0.95; its 2 waiting. The knee (16) had 0.62 and 9.
+    assert (config.saturation_kv_usage, config.saturation_queue) == (0.57, 2)
+    assert "# Operating point (the lower of the two): concurrency 8;" in text
+    assert "knee_concurrency: 8 in the autoscaling workload" in text
 
 
 def test_check_config_refuses_a_negative_queue_naming_the_field():

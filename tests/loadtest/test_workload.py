@@ -12,11 +12,14 @@ from hypothesis import strategies as st
 from exporter.loadtest.workload import (
     Lengths,
     SyntheticWorkload,
+    TraceWorkload,
     WorkloadError,
+    WorkRequest,
     check_lengths,
     describe,
     load_trace,
     requests,
+    run_marker,
 )
 
 
@@ -29,6 +32,33 @@ def test_fixed_lengths_give_prompts_of_that_many_words_and_that_many_output_toke
 def test_prompts_differ_so_the_engine_cannot_serve_them_from_its_prefix_cache() -> None:
     drawn = [r.prompt for r in islice(requests(SyntheticWorkload(Lengths(30), Lengths(5))), 50)]
     assert len({str(p)[:40] for p in drawn}) == 50
+
+
+def test_a_marker_opens_every_prompt_with_the_run_and_the_requests_number() -> None:
+    # One-word prompts: unmarked, they can only be the few dozen words of the list, so they repeat.
+    workload = SyntheticWorkload(Lengths(1), Lengths(5))
+    drawn = list(islice(requests(workload, "cafe0123"), 1000))
+    unmarked = list(islice(requests(workload), 1000))
+    assert len({r.prompt for r in unmarked}) < 100
+    assert [r.prompt for r in drawn] == [f"cafe0123-{n}: {r.prompt}" for n, r in enumerate(unmarked)]
+    assert [r.max_tokens for r in drawn] == [r.max_tokens for r in unmarked]
+    assert len({str(r.prompt)[:20] for r in drawn}) == 1000
+
+
+def test_a_marker_opens_the_first_message_of_a_chat_prompt_and_every_repeat_of_a_trace() -> None:
+    system = {"role": "system", "content": "You are terse."}
+    trace = TraceWorkload((WorkRequest((system, {"role": "user", "content": "hi"}), 4),), "t.jsonl")
+    drawn = [r.prompt for r in islice(requests(trace, "beef"), 1000)]
+    assert drawn[0] == ({"role": "system", "content": "beef-0: You are terse."}, {"role": "user", "content": "hi"})
+    assert drawn[999] == ({"role": "system", "content": "beef-999: You are terse."}, {"role": "user", "content": "hi"})
+    firsts = [prompt[0]["content"] for prompt in drawn if isinstance(prompt, tuple)]
+    assert len(firsts) == 1000 and len({content[:20] for content in firsts}) == 1000
+    assert trace.requests[0].prompt == (system, {"role": "user", "content": "hi"})  # the trace is left as read
+    assert system["content"] == "You are terse."
+
+
+def test_every_run_has_a_marker_of_its_own() -> None:
+    assert len({run_marker() for _ in range(100)}) == 100
 
 
 def test_the_same_seed_sends_the_same_sequence_and_another_seed_another() -> None:
@@ -85,6 +115,8 @@ def test_a_trace_is_read_and_replayed_in_order(tmp_path: Path) -> None:
         ('{"prompt": "x", "max_tokens": 0}', "max_tokens 0 is not a whole number"),
         ('{"prompt": ""}', "prompt must be a non-empty string"),
         ('{"messages": [{"role": "user"}]}', r"messages\[0\] needs a string role and a string content"),
+        ("[" * 100_000, "nested too deeply to read"),
+        ('{"prompt": ' * 100_000, "nested too deeply to read"),
     ],
 )
 def test_a_bad_trace_record_names_the_file_and_line(tmp_path: Path, line: str, problem: str) -> None:

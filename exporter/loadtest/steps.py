@@ -1,0 +1,215 @@
+"""A whole run's steps: each one's warm-up, its early end, the settle after it, and what it says about the run.
+
+The runner holds one step's load; this module decides how each step is run and judged, and stops the run when
+the server is gone. A step's warm-up lasts at least the lifetime of a request at the level below it (scaled up by
+the load where that level already queued), so the measured part starts with the engine in its steady state. After
+each step the engine is given time to return to the load it had before the run. The notes say what a reader must
+know: other traffic on the engine, an engine that did not settle, requests the load generator itself failed, a
+step left unsure.
+"""
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from exporter.loadtest import runner
+from exporter.loadtest.client import CONNECTION_FAILURES
+from exporter.loadtest.judge import StepSummary, certainly_failing, judged_so_far, summarize, worth_extending
+from exporter.loadtest.measure import SloSpec, StepRun
+from exporter.loadtest.model import mean_footprint_tokens
+from exporter.loadtest.search import Search, conclude, find_knee
+
+# How long the engine may take, after a step's last request, to run and queue no more than before the run.
+SETTLE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    slos: SloSpec
+    max_concurrency: int
+    tolerance: float
+    levels: tuple[int, ...] = ()  # --concurrency: run exactly these, in order, instead of searching
+
+
+@dataclass(frozen=True)
+class Outcome:
+    search: Search
+    model: str
+    engine_capacity_tokens: int | None
+    engine_block_size: int | None  # the engine allocates whole blocks: a request holds its footprint rounded up
+    footprint_tokens: float  # mean prompt + output tokens of the operating point's requests (else of every step)
+    step_runs: tuple[StepRun, ...]  # every step's requests, in the order run (--save-requests)
+    notes: tuple[str, ...]
+    interrupted: bool
+
+
+class StepReporter(Protocol):
+    """Where a run tells a person about its steps (the progress display)."""
+
+    def message(self, text: str) -> None: ...
+
+    def step_started(self, concurrency: int, seconds: float) -> None: ...
+
+    def step_finished(self, step: StepSummary) -> None: ...
+
+
+async def run_steps(settings: runner.RunSettings, search: SearchSettings, progress: StepReporter) -> Outcome:
+    """Open the run, search (or run the fixed levels), and gather what the result needs."""
+    notes: list[str] = []
+    async with runner.open_run(settings) as run:
+        if run.engine.error is not None:
+            notes.append(f"engine metrics unreachable at the start, the run goes on without them: {run.engine.error}")
+        progress.message(
+            f"load-testing {settings.url} ({run.model}, engine {run.engine.engine or 'unknown'}): "
+            f"objective {search.slos.objective:g}, "
+            + (
+                f"concurrency {', '.join(map(str, search.levels))}"
+                if search.levels
+                else f"up to {search.max_concurrency}"
+            )
+        )
+        stepper = _Stepper(settings, search.slos, run, progress)
+        with runner.ctrl_c_interrupts(run.interrupt):
+            if search.levels:
+                found = await _fixed(stepper, search.levels)
+            else:
+                found = await find_knee(stepper.step, search.max_concurrency, search.tolerance)
+        notes.extend(stepper.notes)
+        notes.extend(_step_notes(found.steps))
+        if stepper.stopped_by_time_limit:
+            notes.append(
+                f"the run's time limit (--max-duration {settings.max_duration_seconds:g}s) ended the search: "
+                "the answers are what was measured before it, lower bounds"
+            )
+        return Outcome(
+            search=found,
+            model=run.model,
+            engine_capacity_tokens=run.engine.capacity_tokens,
+            engine_block_size=run.engine.block_size,
+            footprint_tokens=_footprint(found, stepper.runs),
+            step_runs=tuple(stepper.runs),
+            notes=tuple(dict.fromkeys(notes)),
+            interrupted=run.interrupted.is_set(),
+        )
+
+
+async def _fixed(stepper: "_Stepper", levels: Sequence[int]) -> Search:
+    steps = []
+    for level in levels:
+        step = await stepper.step(level)
+        steps.append(step)
+        if step.interrupted:
+            return conclude(steps, interrupted=True)
+    return conclude(steps, interrupted=False)
+
+
+class _Stepper:
+    """Runs the steps of one run: the `run_step` the search calls."""
+
+    def __init__(
+        self,
+        settings: runner.RunSettings,
+        slos: SloSpec,
+        run: runner.Run,
+        progress: StepReporter,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings, self.slos, self.run, self.progress, self.clock = settings, slos, run, progress, clock
+        self.runs: list[StepRun] = []
+        self.summaries: list[StepSummary] = []
+        self.notes: list[str] = []
+        self.stopped_by_time_limit = False
+
+    async def step(self, concurrency: int) -> StepSummary:
+        warmup = self.warmup_for(concurrency)
+        self.progress.step_started(concurrency, warmup + self.settings.step_seconds)
+        slos = self.slos
+        step_run = await runner.run_step(
+            self.settings,
+            concurrency,
+            self.run,
+            warmup_seconds=warmup,
+            stop_early=lambda records, oldest: certainly_failing(judged_so_far(records, oldest), slos),
+            keep_going=lambda records, oldest, share: worth_extending(judged_so_far(records, oldest), slos, share),
+        )
+        _refuse_a_dead_server(step_run)
+        self.runs.append(step_run)
+        self.notes.extend(_client_notes(step_run))
+        summary = summarize(step_run, slos)
+        if self.clock() >= self.run.deadline and not step_run.interrupted:
+            # The time limit cut this step short: it ends the search like Ctrl-C, but the run was not interrupted by
+            # the user, so it is said in a note and the exit status stays the answer's.
+            self.stopped_by_time_limit = True
+            summary = replace(summary, interrupted=True)
+        self.summaries.append(summary)
+        self.progress.step_finished(summary)
+        self.notes.extend(_traffic_notes(summary, self.run.baseline_load))
+        if not summary.interrupted:
+            unsettled = await runner.settle(self.run, self.settings, SETTLE_SECONDS)
+            if unsettled is not None:
+                self.notes.append(f"after concurrency {concurrency}: {unsettled}")
+        return summary
+
+    def warmup_for(self, concurrency: int) -> float:
+        """At least the configured warm-up, and at least the p99 lifetime of a request at the nearest level below,
+        times the load's growth where that level queued (its requests waited, so they will wait longer here)."""
+        below = [s for s in self.summaries if s.concurrency <= concurrency and s.e2e_p99_seconds is not None]
+        if not below:
+            return self.settings.warmup_seconds
+        nearest = max(below, key=lambda s: s.concurrency)
+        assert nearest.e2e_p99_seconds is not None
+        growth = concurrency / nearest.concurrency if "queue" in nearest.engine_signals else 1.0
+        lifetime = min(nearest.e2e_p99_seconds * growth, self.settings.request_timeout_seconds)
+        return max(self.settings.warmup_seconds, lifetime)
+
+
+def _refuse_a_dead_server(step: StepRun) -> None:
+    """Most of a step's requests failing to connect means the server is gone: the run ends (exit 1) rather than
+    judging a dead server as a slow one and writing thresholds from it."""
+    lost = [record.error for record in step.requests if record.error in CONNECTION_FAILURES]
+    if step.requests and len(lost) * 2 > len(step.requests):
+        raise runner.LoadtestError(
+            f"the server stopped answering at concurrency {step.concurrency}: {len(lost)} of {len(step.requests)} "
+            f"requests failed ({lost[-1]}); nothing was written"
+        )
+
+
+def _traffic_notes(step: StepSummary, baseline: float | None) -> list[str]:
+    notes = []
+    busiest = max(((s.requests_running or 0.0) + (s.requests_waiting or 0.0) for s in step.engine), default=None)
+    if busiest is not None and busiest > step.concurrency + (baseline or 0.0):
+        notes.append(
+            f"concurrency {step.concurrency}: the engine held {busiest:g} requests, more than this run sent: other "
+            "traffic shares the engine, so this step's numbers are not this load's alone"
+        )
+    return notes
+
+
+def _client_notes(step: StepRun) -> list[str]:
+    failed = [record.error for record in step.requests if record.error and record.error.startswith(runner.CLIENT_ERROR)]
+    if not failed:
+        return []
+    return [
+        f"concurrency {step.concurrency}: the load generator itself failed {len(failed)} requests ({failed[0]}); they "
+        "count as misses, and each ended its worker: report it, it is a bug in Plimsoll"
+    ]
+
+
+def _step_notes(steps: Sequence[StepSummary]) -> list[str]:
+    notes = []
+    for step in steps:
+        if step.verdict == "unsure" and not step.interrupted:
+            notes.append(
+                f"concurrency {step.concurrency} stayed unsure after extending the step "
+                f"({step.requests} requests): the point estimate decided ({'pass' if step.passed else 'fail'})"
+            )
+        if step.engine_error is not None:
+            notes.append(f"concurrency {step.concurrency}: {step.engine_error}")
+    return notes
+
+
+def _footprint(search: Search, step_runs: Sequence[StepRun]) -> float:
+    point = search.operating_point
+    chosen = [run for run in step_runs if point is None or run.concurrency == point.concurrency]
+    return mean_footprint_tokens([record for run in chosen for record in run.requests])
