@@ -182,8 +182,11 @@ async def wait_ready(
                 waited = f"waited {settings.ready_timeout_seconds:g}s, --ready-timeout"
                 raise LoadtestError(f"{not_ready} ({waited})") from None
         except LoadtestError as error:
-            if clock() >= deadline or not _may_become_ready(str(error)):
+            if not _may_become_ready(str(error)):
                 raise
+            if clock() >= deadline:
+                waited = f"waited {settings.ready_timeout_seconds:g}s, --ready-timeout"
+                raise LoadtestError(f"{error} ({waited})") from None
         await asyncio.sleep(POLL_SECONDS)
 
 

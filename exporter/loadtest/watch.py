@@ -18,7 +18,7 @@ from exporter.sources.engines import read_page
 from exporter.sources.engines.base import EngineReading
 
 SAMPLE_INTERVAL_SECONDS = 0.25
-# A page read must not hold the sampler long: at 2 Hz, one slow read should cost at most a couple of samples.
+# A page read must not hold the sampler long: one slow read should cost a handful of samples, not the step.
 READ_TIMEOUT_SECONDS = 2.0
 MAX_PAGE_BYTES = 16 << 20
 

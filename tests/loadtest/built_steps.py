@@ -30,6 +30,8 @@ def step(concurrency: int, *, passed: bool, kv: float | None = 0.5, waiting: flo
     """A step whose engine readings rise to `kv` and `waiting`; its engine signals are the judge's reading of them
     (the KV cache full at KV_FULL_RATIO, a queue in QUEUE_SAMPLE_SHARE of the samples)."""
     attainment = 0.97 if passed else 0.6
+    requests = 40 * concurrency
+    early = f"certainly failing: {round(requests * (1 - attainment))} of {requests} requests missed (sequential test)"
     engine = () if kv is None else engine_series(kv, waiting or 0.0)
     waited = [sample.requests_waiting or 0.0 for sample in engine]
     waiting_share = sum(1 for value in waited if value > 0) / len(waited) if waited else None
@@ -58,7 +60,7 @@ def step(concurrency: int, *, passed: bool, kv: float | None = 0.5, waiting: flo
         slo_attainment=attainment,
         attainment_low=attainment - 0.05,
         attainment_high=min(1.0, attainment + 0.03),
-        requests=40 * concurrency,
+        requests=requests,
         errors=0 if passed else 3,
         duration_seconds=10.0,
         warmup_seconds=5.0,
@@ -66,9 +68,7 @@ def step(concurrency: int, *, passed: bool, kv: float | None = 0.5, waiting: flo
         passed=passed,
         failing_slo=None if passed else "itl",
         client_lag_p99_seconds=0.002,
-        ended_early=None
-        if passed
-        else f"certainly failing: 12 of {40 * concurrency} requests missed (sequential test)",
+        ended_early=None if passed else early,
         interrupted=False,
         engine=engine,
         engine_error="cannot reach http://127.0.0.1:9/metrics" if kv is None else None,

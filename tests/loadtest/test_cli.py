@@ -167,7 +167,7 @@ def test_server_down_exits_1_with_one_line_no_traceback(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         f"plimsoll loadtest: nothing answers at http://127.0.0.1:{port} (connection refused): is the server "
-        "running, and --url right?"
+        "running, and --url right? (waited 1s, --ready-timeout)"
     ]
     assert not (tmp_path / "out").exists()
 
