@@ -9,8 +9,9 @@ Two answers come from the same steps:
   most that any higher concurrency reached), which is how a batch-slot limit shows. The throughput plateau is a
   signal of its own: the step's throughput within `PLATEAU_SHARE` of the most reached at or above it.
 
-Doubling from 1 goes on until both are bracketed (a failing step; a saturated one) or the maximum is reached, and
-at most one doubling past the saturation point, since load beyond it only queues. Each bracket is then bisected,
+Doubling from 1 goes on until both are bracketed (a failing step; a saturated one) or the maximum is reached, at
+most one doubling past the saturation point (load beyond it only queues) and two past the first failing step (the
+saturation point is then reported as not reached, if it was not). Each bracket is then bisected,
 the lower one first, until it is within `tolerance` of its lower end (or one request). Last, the operating point
 (the lower of the two answers, the one thresholds and autoscaling take) and the level above it are run again: a
 level passes only if every run of it passed, and is saturated if any run was. Where the runs disagree the answer
@@ -37,6 +38,9 @@ CLIENT_LAG_LIMIT_SECONDS = 0.050
 # Throughput within this share of the most any higher concurrency reached is a plateau: more load bought nothing.
 PLATEAU_SHARE = 0.05
 
+# Past the first failing step, doubling goes on looking for the saturation point up to this multiple of it: an
+# engine limited by compute may take far more load before it queues, and those steps answer nothing new.
+SATURATION_SEARCH_PAST_FAIL = 4
 # Runs one step at a concurrency; the search awaits it.
 RunStep = Callable[[int], Awaitable[StepSummary]]
 
@@ -157,7 +161,8 @@ async def find_knee(run_step: RunStep, max_concurrency: int, tolerance: float = 
             break
         if saturation is not None and (levels.lowest_fail is not None or concurrency >= 2 * saturation):
             break
-        if levels.lowest_fail is not None and not levels.engine_reports:
+        fail = levels.lowest_fail
+        if fail is not None and (not levels.engine_reports or concurrency >= SATURATION_SEARCH_PAST_FAIL * fail):
             break
         concurrency = min(2 * concurrency, max_concurrency)
 

@@ -9,7 +9,13 @@ import pytest
 from exporter.loadtest.judge import StepSummary, summarize
 from exporter.loadtest.measure import SloSpec, StepRun
 from exporter.loadtest.search import Search, find_knee
-from tests.loadtest.simulated import SimulatedEngine, SimulatedWorkload, brute_force_knee, step_runner
+from tests.loadtest.simulated import (
+    SimulatedEngine,
+    SimulatedWorkload,
+    brute_force_knee,
+    simulated_step,
+    step_runner,
+)
 
 TOLERANCE = 0.1
 MAX_CONCURRENCY = 64
@@ -131,3 +137,61 @@ def test_an_interrupted_step_ends_the_search_keeping_the_knee_so_far() -> None:
 def test_a_maximum_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         run_scripted(knee=3, max_concurrency=0)
+
+
+# A noisy engine whose KV pool (400 blocks of 16 tokens) holds about 21 requests of 320 +- 20% tokens: past it
+# requests queue for a whole request's lifetime, and TTFT breaks 0.5 s. Every iteration's time is drawn from a
+# log-normal with sigma 0.3, so a step's attainment is a draw, not a given.
+NOISY = SimulatedEngine(kv_blocks=400, itl_base_seconds=0.02, itl_per_request_seconds=0.0005, noise=0.3)
+NOISY_WORKLOAD = SimulatedWorkload(prompt_tokens=256, output_tokens=64, spread=0.2, seed=5)
+NOISY_SLOS = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.9)
+SEEDS = 20
+
+
+def _true_knee(levels: range) -> int:
+    """The highest concurrency whose attainment over a 600 s run (about 10,000 requests) meets the objective."""
+    attainment = {
+        level: summarize(simulated_step(NOISY, level, NOISY_WORKLOAD, 600.0, warmup=20.0), NOISY_SLOS).slo_attainment
+        for level in levels
+    }
+    ordered = [attainment[level] for level in levels]
+    assert ordered == sorted(ordered, reverse=True), f"attainment should fall with load: {attainment}"
+    meeting = [level for level in levels if (attainment[level] or 0.0) >= NOISY_SLOS.objective]
+    assert meeting and meeting[-1] < levels[-1], f"the knee should lie inside {levels}: {attainment}"
+    return meeting[-1]
+
+
+def test_over_20_seeds_the_knee_is_within_one_bisection_step_of_the_truth_and_never_15_percent_above() -> None:
+    truth = _true_knee(range(14, 28))
+    knees = []
+    for seed in range(SEEDS):
+        found = asyncio.run(
+            find_knee(step_runner(NOISY, NOISY_WORKLOAD, NOISY_SLOS, 20.0, 5.0, noise_seed=seed), 64, TOLERANCE)
+        )
+        assert found.knee is not None
+        knees.append(found.knee.concurrency)
+    within = [knee for knee in knees if abs(knee - truth) <= max(1.0, TOLERANCE * truth)]
+    assert len(within) >= 18, (truth, knees)
+    assert max(knees) <= 1.15 * truth, (truth, knees)
+
+
+def test_fresh_prompts_keep_an_engine_s_prefix_cache_from_raising_the_knee() -> None:
+    # Prefill-bound: 512 +- 20% prompt tokens at 0.4 ms each. A cached prompt skips its prefill entirely.
+    engine = SimulatedEngine(
+        itl_base_seconds=0.01, itl_per_request_seconds=0.0002, prefill_seconds_per_token=0.0004, noise=0.1
+    )
+    slos = SloSpec(ttft_seconds=0.4, itl_seconds=None, objective=0.9)
+
+    def knee(prefix_cache: bool, fresh_prompts: bool) -> int | None:
+        workload = SimulatedWorkload(
+            prompt_tokens=512, output_tokens=64, spread=0.2, seed=1, fresh_prompts=fresh_prompts
+        )
+        run_step = step_runner(dataclasses.replace(engine, prefix_cache=prefix_cache), workload, slos, 20.0, 5.0)
+        found = asyncio.run(find_knee(run_step, 128, TOLERANCE))
+        return None if found.knee is None else found.knee.concurrency
+
+    uncached = knee(prefix_cache=False, fresh_prompts=True)
+    assert uncached is not None
+    # The same prompts every step (as loadtest once sent them) let the cache serve later steps' prefills.
+    assert (knee(prefix_cache=True, fresh_prompts=False) or 0) > 1.5 * uncached
+    assert knee(prefix_cache=True, fresh_prompts=True) == uncached
