@@ -195,6 +195,15 @@ def _add_loadtest(commands: argparse._SubParsersAction) -> None:
     search.add_argument(
         "--concurrency", metavar="N,N,...", help="run exactly these concurrencies, in order, instead of searching"
     )
+    search.add_argument(
+        "--rate",
+        metavar="R,R,...",
+        help="open loop: requests/s arriving whatever the server's pace, each rate a step (at most "
+        "--max-concurrency in flight)",
+    )
+    search.add_argument(
+        "--arrivals", default="poisson", choices=["poisson", "constant"], help="open loop: gaps between arrivals"
+    )
     search.add_argument("--tolerance", type=float, default=0.1, help="bisection stops within this share of the knee")
     search.add_argument("--step-duration", type=duration_arg, default="30s", help="measured part of each step")
     search.add_argument(

@@ -9,6 +9,7 @@ report.html and thresholds.yaml, also after Ctrl-C (exit 130) so a partial run i
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class LoadtestSettings:
     max_concurrency: int
     tolerance: float
     levels: tuple[int, ...]  # --concurrency: these levels in order, no search
+    rates: tuple[float, ...]  # --rate: open-loop steps at these requests/s, in order
     save_requests: Path | None  # --save-requests: every request's record, CSV or JSON lines
     margin: float
     out_dir: Path
@@ -165,6 +167,7 @@ def settings_from_args(args: argparse.Namespace, flag_plan: CapacityPlan | None)
         ignore_eos=args.ignore_eos,
         allow_short_answers=args.allow_short_answers,
         unique_prompts=args.unique_prompts,
+        arrivals=args.arrivals,
         api_key=_api_key(args.api_key_file),
     )
     if args.max_concurrency < 1:
@@ -179,6 +182,7 @@ def settings_from_args(args: argparse.Namespace, flag_plan: CapacityPlan | None)
         max_concurrency=args.max_concurrency,
         tolerance=args.tolerance,
         levels=_levels(args.concurrency),
+        rates=_rates(args.rate, args.concurrency),
         save_requests=_save_requests(args.save_requests),
         margin=args.margin,
         out_dir=Path(args.out),
@@ -204,6 +208,26 @@ def _levels(text: str | None) -> tuple[int, ...]:
             raise LoadtestInputError(f"--concurrency: {item} is given twice")
         levels.append(int(item))
     return tuple(levels)
+
+
+def _rates(text: str | None, concurrency: str | None) -> tuple[float, ...]:
+    """--rate 2,4.5,8: requests per second above 0, each once; not with --concurrency (open or closed, not both)."""
+    if text is None:
+        return ()
+    if concurrency is not None:
+        raise LoadtestInputError("--rate and --concurrency: give one (an open loop at rates, or a closed loop)")
+    rates: list[float] = []
+    for item in (part.strip() for part in text.split(",")):
+        try:
+            rate = float(item)
+        except ValueError:
+            rate = math.nan
+        if not math.isfinite(rate) or rate <= 0:
+            raise LoadtestInputError(f"--rate: {item!r} is not a rate (requests per second above 0, e.g. 2.5)")
+        if rate in rates:
+            raise LoadtestInputError(f"--rate: {item} is given twice")
+        rates.append(rate)
+    return tuple(rates)
 
 
 def _save_requests(path: str | None) -> Path | None:
@@ -234,7 +258,9 @@ def run_loadtest(settings: LoadtestSettings) -> int:
     # Logs and pipes get whole lines: rich would wrap them at 80 columns where it cannot ask a terminal.
     progress_console = Console(stderr=True, soft_wrap=True)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    search = SearchSettings(settings.slos, settings.max_concurrency, settings.tolerance, settings.levels)
+    search = SearchSettings(
+        settings.slos, settings.max_concurrency, settings.tolerance, settings.levels, settings.rates
+    )
     with Progress(progress_console) as progress:
         try:
             outcome = asyncio.run(run_steps(settings.run, search, progress))
@@ -282,7 +308,8 @@ def _write_back(settings: LoadtestSettings, result: RunResult, written: WrittenO
     fragment = result.thresholds.fragment()
     knee = result.search.operating_point
     models = tuple(dict.fromkeys(m for m in (settings.target_model, result.settings.model) if m))
-    replica_knee = None if knee is None else ReplicaKnee(knee.concurrency, models)
+    closed = knee is not None and knee.offered_rate is None
+    replica_knee = ReplicaKnee(knee.concurrency, models) if knee is not None and closed else None
     if fragment is None and replica_knee is None:
         return [f"--write: {config} left unchanged: no knee to calibrate from"]
     try:
@@ -316,7 +343,7 @@ def _result(settings: LoadtestSettings, outcome: Outcome, started_at: str) -> Ru
         settings.capacity_plan,
         outcome.engine_capacity_tokens,
         outcome.footprint_tokens,
-        point.concurrency if point is not None else None,
+        point.concurrency if point is not None and point.offered_rate is None else None,
         outcome.engine_block_size,
     )
     run = settings.run

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun
+from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun, describe_load
 
 Verdict = Literal["pass", "fail", "unsure"]
 FailingSlo = Literal["ttft", "itl", "errors"]
@@ -157,7 +157,7 @@ def worth_extending(judged: Sequence[RequestRecord], slos: SloSpec, extension_sh
 class StepSummary:
     """One load step, judged: what the client measured, what the engine said, and the verdict."""
 
-    concurrency: int
+    concurrency: int  # closed loop: requests held in flight; open loop: the cap on them
     request_rate: float  # completed requests per second
     output_tokens_per_second: float
     kv_cache_usage_ratio: float | None  # p90 of the engine's samples
@@ -188,6 +188,16 @@ class StepSummary:
     interrupted: bool
     engine: tuple[EngineSample, ...]
     engine_error: str | None
+    offered_rate: float | None = None  # open loop: requests/s offered (None: closed loop)
+
+    @property
+    def load(self) -> float:
+        """What the step offered: its arrival rate (open loop) or its concurrency (closed loop)."""
+        return self.concurrency if self.offered_rate is None else self.offered_rate
+
+    @property
+    def load_text(self) -> str:
+        return describe_load(self.concurrency, self.offered_rate)
 
     @property
     def engine_saturated(self) -> bool:
@@ -240,6 +250,7 @@ def summarize(run: StepRun, slos: SloSpec) -> StepSummary:
     usage = sorted(_present(s.kv_cache_usage_ratio for s in run.engine))
     return StepSummary(
         concurrency=run.concurrency,
+        offered_rate=run.offered_rate,
         request_rate=run.completed_in_window / run.window_seconds if run.window_seconds > 0 else 0.0,
         output_tokens_per_second=run.output_tokens_in_window / run.window_seconds if run.window_seconds > 0 else 0.0,
         kv_cache_usage_ratio=percentile(usage, 0.90),

@@ -1,6 +1,24 @@
 """What a load step measures: per-request client timings, engine readings and the step as a whole. Values only."""
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+
+def step_load(step: Mapping[str, Any]) -> float:
+    """A result.json step's load: its offered rate (open loop) or its concurrency (closed loop)."""
+    rate = step.get("offered_rate")
+    return step["concurrency"] if rate is None else rate
+
+
+def open_loop(steps: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether result.json's steps were open loop (--rate): their loads, and the answers, are requests/s."""
+    return any(step.get("offered_rate") is not None for step in steps)
+
+
+def describe_load(concurrency: int, offered_rate: float | None) -> str:
+    """A step's load in words: "concurrency 16" (closed loop) or "8 requests/s" (open loop)."""
+    return f"concurrency {concurrency}" if offered_rate is None else f"{offered_rate:g} requests/s"
 
 
 @dataclass(frozen=True)
@@ -70,3 +88,15 @@ class StepRun:
     output_tokens_in_window: int
     warmup_seconds: float = 0.0  # the discarded start, over which the workers ramped in
     interrupted: bool = False  # Ctrl-C during the step
+    # Open loop (--rate): requests arrived at this rate, whatever the server's pace, and `concurrency` is only the
+    # cap on requests in flight. None: a closed loop of `concurrency` requests.
+    offered_rate: float | None = None
+
+    @property
+    def load(self) -> float:
+        """What the step offered: its arrival rate (open loop) or its concurrency (closed loop)."""
+        return self.concurrency if self.offered_rate is None else self.offered_rate
+
+    @property
+    def load_text(self) -> str:
+        return describe_load(self.concurrency, self.offered_rate)

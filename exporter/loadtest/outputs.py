@@ -28,6 +28,7 @@ THRESHOLDS_FILE = "thresholds.yaml"
 # The contract for result.json's `knee`: the fields a person or a script reads first.
 KNEE_FIELDS = (
     "concurrency",
+    "offered_rate",
     "request_rate",
     "output_tokens_per_second",
     "kv_cache_usage_ratio",
@@ -94,7 +95,7 @@ def result_document(run: RunResult) -> dict[str, Any]:
         "knee": None if knee is None else {name: getattr(knee, name) for name in KNEE_FIELDS},
         "knee_range": None if search.knee_range is None else list(search.knee_range),
         "saturation": _saturation_document(search.saturation),
-        "operating_point": None if search.operating_point is None else search.operating_point.concurrency,
+        "operating_point": None if search.operating_point is None else search.operating_point.load,
         "limited_by": search.limited_by,
         "reason": search.reason,
         "steps": [_step_document(step) for step in search.steps],
@@ -140,6 +141,7 @@ def _saturation_document(saturation: Saturation | None) -> dict[str, Any] | None
 REQUEST_FIELDS = (
     "step",
     "concurrency",
+    "offered_rate",
     "sent_at",
     "ttft_seconds",
     "mean_itl_seconds",
@@ -158,6 +160,7 @@ def write_requests(path: Path, step_runs: Sequence[StepRun], slos: SloSpec) -> N
         {
             "step": index,
             "concurrency": run.concurrency,
+            "offered_rate": run.offered_rate,
             "sent_at": record.sent_at,
             "ttft_seconds": record.ttft_seconds,
             "mean_itl_seconds": record.mean_itl_seconds,
@@ -210,23 +213,21 @@ def _provenance(run: RunResult) -> list[str]:
     ]
     search = run.search
     if search.knee is not None:
-        lines.append(f"SLO knee: concurrency {search.knee.concurrency}.")
+        lines.append(f"SLO knee: {search.knee.load_text}.")
     if search.saturation is not None:
-        lines.append(
-            f"Saturation point: concurrency {search.saturation.step.concurrency} "
-            f"({', '.join(search.saturation.signals)})."
-        )
+        lines.append(f"Saturation point: {search.saturation.step.load_text} ({', '.join(search.saturation.signals)}).")
     if knee is not None:
         kv = "no reading" if knee.kv_cache_usage_ratio is None else f"{knee.kv_cache_usage_ratio:.3f}"
         waiting = "no reading" if knee.requests_waiting is None else f"{knee.requests_waiting:.2f}"
         lines.append(
-            f"Operating point (the lower of the two): concurrency {knee.concurrency}; KV usage there (p90) {kv}, "
+            f"Operating point (the lower of the two): {knee.load_text}; KV usage there (p90) {kv}, "
             f"requests waiting (mean) {waiting}."
         )
-        lines.append(
-            f"Autoscaling: one replica holds {knee.concurrency} requests: knee_concurrency: "
-            f"{knee.concurrency} in the autoscaling workload of model {settings.model} (--write sets it)."
-        )
+        if knee.offered_rate is None:
+            lines.append(
+                f"Autoscaling: one replica holds {knee.concurrency} requests: knee_concurrency: "
+                f"{knee.concurrency} in the autoscaling workload of model {settings.model} (--write sets it)."
+            )
     lines.append(
         f"kv_usage = KV usage at the operating point x (1 - {settings.margin:g}), kept within [0.5, 0.99]; "
         "queue = requests waiting there, rounded up."

@@ -14,6 +14,7 @@ from rich.status import Status
 from rich.table import Table
 
 from exporter.loadtest.judge import StepSummary
+from exporter.loadtest.measure import describe_load, open_loop, step_load
 
 
 def _ms(seconds: float | None) -> str:
@@ -49,33 +50,36 @@ def step_line(step: StepSummary) -> str:
     early = f"  ({step.ended_early})" if step.ended_early else ""
     saturated = "  saturated" if step.engine_saturated else ""
     return (
-        f"concurrency {step.concurrency:>4}  requests {step.requests:>4}{errors}  {step.request_rate:.1f} req/s  "
+        f"{_step_load(step)}  requests {step.requests:>4}{errors}  {step.request_rate:.1f} req/s  "
         f"attainment {attainment}  TTFT p99 {_ms(step.ttft_p99_seconds)}  ITL p99 {_ms(step.itl_p99_seconds)}  "
         f"KV {_percent(step.kv_cache_usage_ratio)}  waiting {_number(step.requests_waiting)}{saturated}  "
         f"[{style}]{verdict_text(step.verdict, step.passed, step.interrupted)}[/{style}]{early}"
     )
 
 
+def _step_load(step: StepSummary) -> str:
+    if step.offered_rate is None:
+        return f"concurrency {step.concurrency:>4}"
+    return f"rate {step.offered_rate:>7g}/s"
+
+
 def result_table(result: Mapping[str, Any]) -> Table:
     """Every step of a result.json document, in the order run; the knee's and the saturation point's rows marked."""
-    knee = result.get("knee")
-    knee_concurrency = knee["concurrency"] if knee else None
-    saturation = result.get("saturation")
-    saturation_concurrency = saturation["concurrency"] if saturation else None
+    knee, saturation = result.get("knee"), result.get("saturation")
+    knee_load = step_load(knee) if knee else None
+    saturation_load = step_load(saturation) if saturation else None
     table = Table(title="plimsoll loadtest", title_justify="left")
-    for heading in ("concurrency", "requests", "errors", "req/s", "tok/s", "SLO attainment", "TTFT p99", "ITL p99"):
+    for heading in ("load", "requests", "errors", "req/s", "tok/s", "SLO attainment", "TTFT p99", "ITL p99"):
         table.add_column(heading, justify="right")
     for heading in ("KV p90", "waiting", "preempt", "engine", "verdict"):
         table.add_column(heading, justify="right")
     for step in result["steps"]:
         marks = [
-            name
-            for name, level in (("knee", knee_concurrency), ("saturation", saturation_concurrency))
-            if step["concurrency"] == level
+            name for name, level in (("knee", knee_load), ("saturation", saturation_load)) if step_load(step) == level
         ]
         marker = f" <- {' and '.join(marks)}" if marks else ""
         table.add_row(
-            str(step["concurrency"]),
+            _load_cell(step),
             str(step["requests"]),
             str(step["errors"]),
             f"{step['request_rate']:.2f}",
@@ -90,6 +94,15 @@ def result_table(result: Mapping[str, Any]) -> Table:
             verdict_text(step["verdict"], step["passed"], step["interrupted"]) + marker,
         )
     return table
+
+
+def _load_cell(step: Mapping[str, Any]) -> str:
+    rate = step.get("offered_rate")
+    return str(step["concurrency"]) if rate is None else f"{rate:g}/s"
+
+
+def _described(step: Mapping[str, Any]) -> str:
+    return describe_load(step["concurrency"], step.get("offered_rate"))
 
 
 def _load(step: Mapping[str, Any]) -> str:
@@ -109,19 +122,20 @@ def summary_lines(result: Mapping[str, Any], written: Sequence[str]) -> list[str
     lines = []
     if saturation:
         lines.append(
-            f"saturation point: concurrency {saturation['concurrency']} ({_load(saturation)}; "
-            f"{', '.join(saturation['signals'])})"
+            f"saturation point: {_described(saturation)} ({_load(saturation)}; {', '.join(saturation['signals'])})"
         )
     else:
         lines.append("saturation point: none (the engine held every load tried, or reported nothing)")
     if knee:
-        low, high = result.get("knee_range") or (knee["concurrency"], knee["concurrency"])
-        apart = f", {high} passed in another run" if high != low else ""
-        lines.append(f"SLO knee: concurrency {knee['concurrency']} ({_load(knee)}){apart}")
+        low, high = result.get("knee_range") or (step_load(knee), step_load(knee))
+        apart = f", {high:g} passed in another run" if high != low else ""
+        lines.append(f"SLO knee: {_described(knee)} ({_load(knee)}){apart}")
     else:
         lines.append("SLO knee: none (no step met the objective)")
     if result.get("operating_point") is not None:
-        lines.append(f"operating point (thresholds, autoscaling): concurrency {result['operating_point']}")
+        point = result["operating_point"]
+        what = f"{point:g} requests/s" if open_loop(result["steps"]) else f"concurrency {point}"
+        lines.append(f"operating point (thresholds, autoscaling): {what}")
     lines.append(f"limited by: {result['limited_by']}: {result['reason']}")
     prediction = result.get("model_prediction")
     if prediction:
@@ -155,10 +169,10 @@ class Progress:
     def message(self, text: str) -> None:
         self._console.print(text, highlight=False)
 
-    def step_started(self, concurrency: int, seconds: float) -> None:
+    def step_started(self, load: str, seconds: float) -> None:
         self._stop_status()
         if self._console.is_terminal:
-            self._status = self._console.status(f"concurrency {concurrency}: running (about {seconds:g}s)")
+            self._status = self._console.status(f"{load}: running (about {seconds:g}s)")
             self._status.start()
 
     def step_finished(self, step: StepSummary) -> None:

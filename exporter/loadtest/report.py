@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from typing import Any
 
+from exporter.loadtest.measure import describe_load, open_loop, step_load
 from exporter.loadtest.svg import Axis, Marker, Reference, Series, line_chart
 
 # Colours that stay apart for the common colour-vision deficiencies (Okabe-Ito).
@@ -76,8 +77,8 @@ tr.fail td.verdict-cell { color: #b00020; }
 
 
 def render_report(result: Mapping[str, Any]) -> str:
-    # One point per concurrency on the charts, its last run (a level confirmed by a second run has two).
-    last_runs = {step["concurrency"]: step for step in result["steps"] if not step["interrupted"]}
+    # One point per load on the charts, its last run (a level confirmed by a second run has two).
+    last_runs = {step_load(step): step for step in result["steps"] if not step["interrupted"]}
     steps = [last_runs[level] for level in sorted(last_runs)]
     title = f"Load test: {result['model']} at {result['endpoint']}"
     return "\n".join(
@@ -111,13 +112,18 @@ def _verdict(result: Mapping[str, Any]) -> str:
     saturation = result["saturation"]
     point = result["operating_point"]
     if point is None:
-        headline = "No answer: the SLOs did not hold even at concurrency 1, and the engine never saturated."
+        lowest = "the lowest rate" if open_loop(result["steps"]) else "concurrency 1"
+        headline = f"No answer: the SLOs did not hold even at {lowest}, and the engine never saturated."
         if result["limited_by"] == "none":
             headline = "No answer: the run ended before any step passed or saturated the engine."
     else:
-        at = knee if knee is not None and knee["concurrency"] == point else saturation
+        at = knee if knee is not None and step_load(knee) == point else saturation
+        if open_loop(result["steps"]):
+            held = f"{point:g} requests/s"
+        else:
+            held = f"{point} concurrent request{'s' if point != 1 else ''}"
         headline = (
-            f"One replica holds {point} concurrent request{'s' if point != 1 else ''}: "
+            f"One replica holds {held}: "
             f"{_number(at['request_rate'])} requests/s, "
             f"{_number(at['output_tokens_per_second'])} output tokens/s."
         )
@@ -152,8 +158,8 @@ def _saturation_text(saturation: Mapping[str, Any] | None) -> str:
     if saturation is None:
         return "not reached: the engine held every load tried (or reported no metrics)"
     below = saturation["unsaturated_below"]
-    under = "" if below is None else f"; concurrency {below} was not saturated"
-    return f"concurrency {saturation['concurrency']} ({', '.join(saturation['signals'])}){under}"
+    under = "" if below is None else f"; {_at(saturation, below)} was not saturated"
+    return f"{_described(saturation)} ({', '.join(saturation['signals'])}){under}"
 
 
 def _knee_text(knee: Mapping[str, Any] | None, knee_range: Sequence[int] | None) -> str:
@@ -161,8 +167,17 @@ def _knee_text(knee: Mapping[str, Any] | None, knee_range: Sequence[int] | None)
         return "none: no step met the objective"
     apart = ""
     if knee_range is not None and knee_range[1] != knee_range[0]:
-        apart = f"; concurrency {knee_range[1]} passed in one run and failed in another"
-    return f"concurrency {knee['concurrency']}{apart}"
+        apart = f"; {_at(knee, knee_range[1])} passed in one run and failed in another"
+    return f"{_described(knee)}{apart}"
+
+
+def _described(step: Mapping[str, Any]) -> str:
+    return describe_load(step["concurrency"], step.get("offered_rate"))
+
+
+def _at(step: Mapping[str, Any], load: float) -> str:
+    """Another load of the same kind as `step`'s, in words."""
+    return describe_load(int(load), None) if step.get("offered_rate") is None else describe_load(0, load)
 
 
 def _notes(notes: Sequence[str]) -> str:
@@ -176,10 +191,14 @@ def _load_charts(result: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) 
     slos, thresholds = result["slos"], result["thresholds"]
     point = result["operating_point"]
     marker = None if point is None else Marker(f"operating point ({point})", point, _KNEE)
-    x = Axis("offered concurrency (requests in flight)", _count, log2=True)
+    x = (
+        Axis("offered rate (requests/s)", _count, log2=True)
+        if open_loop(steps)
+        else Axis("offered concurrency (requests in flight)", _count, log2=True)
+    )
 
     def line(label: str, key: str, colour: str, scale: float = 1.0, dashed: bool = False) -> Series:
-        points = tuple((s["concurrency"], s[key] * scale) for s in steps if s[key] is not None)
+        points = tuple((step_load(s), s[key] * scale) for s in steps if s[key] is not None)
         return Series(label, points, colour, dashed)
 
     def slo_line(key: str, label: str) -> list[Reference]:
@@ -263,7 +282,7 @@ def _engine_charts(steps: Sequence[Mapping[str, Any]]) -> str:
         def series(key: str, scale: float) -> list[Series]:
             return [
                 Series(
-                    f"concurrency {step['concurrency']}",
+                    _described(step),
                     tuple((s["t"], s[key] * scale) for s in step["engine"] if s[key] is not None),
                     _STEP_COLOURS[index % len(_STEP_COLOURS)],
                 )
@@ -282,12 +301,13 @@ def _engine_charts(steps: Sequence[Mapping[str, Any]]) -> str:
         parts += ['<div class="charts">', f"<figure>{kv_chart}</figure>", f"<figure>{queue_chart}</figure>", "</div>"]
     for step in missing:
         why = step["engine_error"] or "the engine's /metrics gave no readings"
-        parts.append(f'<p class="empty">Concurrency {step["concurrency"]}: no engine readings ({escape(why)}).</p>')
+        parts.append(f'<p class="empty">{escape(_described(step))}: no engine readings ({escape(why)}).</p>')
     return "\n".join(parts)
 
 
 _COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("concurrency", "concurrency", str),
+    ("offered rate", "offered_rate", lambda v: f"{v:g}/s"),
     ("verdict", "verdict", str),
     ("SLO attainment", "slo_attainment", lambda v: _percent(v)),
     ("95% interval", "", str),
@@ -307,7 +327,7 @@ _COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 
 
-def _steps_table(steps: Sequence[Mapping[str, Any]], operating_point: int | None) -> str:
+def _steps_table(steps: Sequence[Mapping[str, Any]], operating_point: float | None) -> str:
     """In the order run, so the search (doubling, then bisection) reads top to bottom."""
     header = "".join(f"<th>{escape(name)}</th>" for name, _, _ in _COLUMNS) + "<th>note</th>"
     rows = []
@@ -332,7 +352,7 @@ def _steps_table(steps: Sequence[Mapping[str, Any]], operating_point: int | None
             if part
         )
         cells.append(f'<td class="text">{escape(note)}</td>')
-        css = "knee" if step["concurrency"] == operating_point else ("fail" if not step["passed"] else "")
+        css = "knee" if step_load(step) == operating_point else ("fail" if not step["passed"] else "")
         rows.append(f'<tr class="{css}">{"".join(cells)}</tr>')
     return f'<div class="table"><table><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 

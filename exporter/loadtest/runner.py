@@ -10,11 +10,13 @@ requests short. After the step the engine is given time to return to the load it
 import asyncio
 import contextlib
 import math
+import random
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -33,6 +35,8 @@ PREFLIGHT_TIMEOUT_SECONDS = 10.0
 PREFLIGHT_TOKENS = 4
 # A request the load generator itself failed to send or read: the record's error starts so.
 CLIENT_ERROR = "client error"
+# An open-loop arrival while the cap of requests in flight was reached: the server had fallen that far behind.
+OVER_THE_CAP = "not sent: too many in flight"
 # While waiting for the server to be ready, and for the engine to be idle between steps: how often to ask.
 POLL_SECONDS = 0.5
 
@@ -63,6 +67,7 @@ class RunSettings:
     ignore_eos: bool = False
     allow_short_answers: bool = False  # an answer shorter than max_tokens is good, not an error
     unique_prompts: bool = True  # each prompt opens with a marker of the run and the request (workload.py)
+    arrivals: str = "poisson"  # open loop: "poisson" or "constant" gaps between requests
     api_key: str | None = field(default=None, repr=False)  # sent as a bearer token; never shown
 
     @property
@@ -121,6 +126,7 @@ class Run:
         self.deadline = deadline  # monotonic time at which the run's --max-duration is spent
         self.engine = engine  # engine name, KV capacity, or why /metrics cannot be read
         self.work = work
+        self.arrival_seed = 0  # open-loop arrivals: the same gaps in every run, so runs compare
         self.interrupted = asyncio.Event()
 
     @property
@@ -356,14 +362,16 @@ async def run_step(
     concurrency: int,
     run: Run,
     *,
+    offered_rate: float | None = None,
     warmup_seconds: float | None = None,
     stop_early: StopEarly | None = None,
     keep_going: KeepGoing | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> StepRun:
-    """Hold `concurrency` requests in flight for the warm-up and the step; see the module's docstring. Worker i
-    sends its first request i/N of the way through the first half of the warm-up, so the engine is not handed one
-    burst of prefills that all finish together."""
+    """Hold `concurrency` requests in flight for the warm-up and the step (closed loop), or with `offered_rate`,
+    send requests at that rate with at most `concurrency` in flight (open loop); see the module's docstring. In a
+    closed loop worker i sends its first request i/N of the way through the first half of the warm-up, so the
+    engine is not handed one burst of prefills that all finish together."""
     warmup = settings.warmup_seconds if warmup_seconds is None else warmup_seconds
     started = clock()
     step = _Step(measured_from=started + warmup)
@@ -371,38 +379,62 @@ async def run_step(
     stop_watch = asyncio.Event()
     lags: list[float] = []
 
+    async def exchange(key: int) -> RequestRecord:
+        """One request, from the run's stream, measured and recorded under `key` while in flight."""
+        request: WorkRequest = next(run.work)
+        sent = clock()
+        measured = sent >= step.measured_from
+        if measured:
+            step.in_flight[key] = sent - step.measured_from
+        try:
+            record = await send(
+                run.session,
+                endpoint,
+                run.model,
+                request.prompt,
+                request.max_tokens,
+                settings.limits,
+                sent_at=sent - step.measured_from,
+                ignore_eos=settings.ignore_eos,
+                allow_short=settings.allow_short_answers,
+                clock=clock,
+            )
+        except Exception as error:  # a bug here must be a counted miss, not a silently lost worker
+            record = _client_error(sent - step.measured_from, error)
+        done = clock()
+        step.in_flight.pop(key, None)
+        if record.completed:
+            step.completions.append((done, record.output_tokens or 0))
+        if measured:
+            step.records.append(record)
+            step.last_done = max(step.last_done, done)
+        return record
+
     async def worker(index: int) -> None:
         await asyncio.sleep(warmup / 2 * index / concurrency)
         while step.sending:
-            request: WorkRequest = next(run.work)
-            sent = clock()
-            measured = sent >= step.measured_from
-            if measured:
-                step.in_flight[index] = sent - step.measured_from
-            try:
-                record = await send(
-                    run.session,
-                    endpoint,
-                    run.model,
-                    request.prompt,
-                    request.max_tokens,
-                    settings.limits,
-                    sent_at=sent - step.measured_from,
-                    ignore_eos=settings.ignore_eos,
-                    allow_short=settings.allow_short_answers,
-                    clock=clock,
-                )
-            except Exception as error:  # a bug here must be a counted miss, not a silently lost worker
-                record = _client_error(sent - step.measured_from, error)
-            done = clock()
-            step.in_flight.pop(index, None)
-            if record.completed:
-                step.completions.append((done, record.output_tokens or 0))
-            if measured:
-                step.records.append(record)
-                step.last_done = max(step.last_done, done)
+            record = await exchange(index)
             if record.error is not None and record.error.startswith(CLIENT_ERROR):
                 return  # the miss is counted; a client that failed once would fail the same way again
+
+    async def arrivals(rate: float) -> None:
+        """Open loop: a request arrives every `gap` seconds, whatever the server's pace; at most `concurrency` are
+        in flight, and an arrival past that is a miss (the server has fallen that far behind)."""
+        gaps = arrival_gaps(rate, settings.arrivals, run.arrival_seed)
+        due = clock()
+        number = 0
+        while step.sending:
+            await asyncio.sleep(max(0.0, due - clock()))
+            if not step.sending:
+                return
+            number += 1
+            if len(spawned) >= concurrency:
+                if clock() >= step.measured_from:
+                    step.records.append(_over_the_cap(clock() - step.measured_from, concurrency))
+            else:
+                spawned.add(task := asyncio.create_task(exchange(-number)))
+                task.add_done_callback(spawned.discard)
+            due += next(gaps)
 
     async def ticker() -> None:
         expected = clock() + LAG_TICK_SECONDS
@@ -419,19 +451,26 @@ async def run_step(
         )
     )
     lag = asyncio.create_task(ticker())
-    workers = [asyncio.create_task(worker(index)) for index in range(concurrency)]
+    spawned: set[asyncio.Task[RequestRecord]] = set()
+    if offered_rate is None:
+        workers = [asyncio.create_task(worker(index)) for index in range(concurrency)]
+    else:
+        workers = [asyncio.create_task(arrivals(offered_rate))]
     try:
         ended_early = await _control(settings, run, step, stop_early, keep_going, clock)
         step.sending = False
         sending_stopped = clock()
         step.last_done = max(step.last_done, sending_stopped)
+        if offered_rate is not None:
+            workers[0].cancel()  # the arrivals: it may be asleep until the next one is due
         if not run.interrupted.is_set() and clock() < run.deadline:
             # Each request has its own timeout, so this wait is bounded; Ctrl-C still cuts it short.
-            await _wait_or_interrupt(workers, run.interrupted)
+            await _wait_or_interrupt([*workers, *spawned], run.interrupted)
     finally:
-        for task in (*workers, lag):
+        pending = [*workers, *spawned, lag]
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*workers, lag, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
         stop_watch.set()
         watched = await watcher
     completed, output_tokens = step.in_window(sending_stopped)
@@ -448,6 +487,26 @@ async def run_step(
         output_tokens_in_window=output_tokens,
         warmup_seconds=warmup,
         interrupted=run.interrupted.is_set(),
+        offered_rate=offered_rate,
+    )
+
+
+def arrival_gaps(rate: float, kind: str, seed: int) -> Iterator[float]:
+    """Seconds between arrivals: exponential (a Poisson process, what independent users make) or constant."""
+    rng = random.Random(seed)
+    while True:
+        yield rng.expovariate(rate) if kind == "poisson" else 1.0 / rate
+
+
+def _over_the_cap(sent_at: float, cap: int) -> RequestRecord:
+    return RequestRecord(
+        sent_at=sent_at,
+        ttft_seconds=None,
+        itl_seconds=(),
+        e2e_seconds=None,
+        prompt_tokens=None,
+        output_tokens=None,
+        error=f"{OVER_THE_CAP} ({cap} in flight)",
     )
 
 
@@ -531,9 +590,9 @@ def _load(sample: EngineSample) -> float:
     return (sample.requests_running or 0.0) + (sample.requests_waiting or 0.0)
 
 
-async def _wait_or_interrupt(tasks: list[asyncio.Task[None]], interrupted: asyncio.Event) -> None:
+async def _wait_or_interrupt(tasks: Sequence[asyncio.Task[Any]], interrupted: asyncio.Event) -> None:
     interrupt = asyncio.create_task(interrupted.wait())
-    pending: set[asyncio.Task[None]] = set(tasks)
+    pending: set[asyncio.Task[Any]] = set(tasks)
     try:
         while pending and not interrupted.is_set():
             done, _ = await asyncio.wait([*pending, interrupt], return_when=asyncio.FIRST_COMPLETED)

@@ -49,13 +49,13 @@ RunStep = Callable[[int], Awaitable[StepSummary]]
 class Saturation:
     step: StepSummary  # the lowest saturated concurrency's last run
     signals: tuple[Signal, ...]  # what its runs showed
-    below: int | None  # the highest concurrency measured unsaturated under it (None: it saturated at 1)
+    below: float | None  # the highest load measured unsaturated under it (None: it saturated at the lowest)
 
 
 @dataclass(frozen=True)
 class Search:
     knee: StepSummary | None  # the SLO knee's last run; None when concurrency 1 already fails, or nothing ran
-    knee_range: tuple[int, int] | None  # (knee, highest level that passed at least once below the levels that
+    knee_range: tuple[float, float] | None  # (knee, highest level that passed at least once below the levels that
     #   never passed): the two differ when repeated runs disagreed
     saturation: Saturation | None  # None when no step saturated the engine (or it reported nothing)
     steps: tuple[StepSummary, ...]  # in the order run
@@ -67,33 +67,33 @@ class Search:
         """The lower of the knee and the saturation point: what thresholds and autoscaling are calibrated from."""
         saturated = None if self.saturation is None else self.saturation.step
         candidates = [step for step in (self.knee, saturated) if step is not None]
-        return min(candidates, key=lambda step: step.concurrency, default=None)
+        return min(candidates, key=lambda step: step.load, default=None)
 
 
 class _Levels:
-    """Every judged run so far, by concurrency, and the answers they give."""
+    """Every judged run so far, by load (concurrency, or offered rate in an open loop), and the answers they give."""
 
     def __init__(self, steps: Sequence[StepSummary]) -> None:
-        self.runs: dict[int, list[StepSummary]] = {}
+        self.runs: dict[float, list[StepSummary]] = {}
         for step in steps:
             if not step.interrupted:
-                self.runs.setdefault(step.concurrency, []).append(step)
+                self.runs.setdefault(step.load, []).append(step)
 
-    def last(self, level: int) -> StepSummary:
+    def last(self, level: float) -> StepSummary:
         return self.runs[level][-1]
 
     @property
-    def lowest_fail(self) -> int | None:
+    def lowest_fail(self) -> float | None:
         return min((level for level, runs in self.runs.items() if not all(r.passed for r in runs)), default=None)
 
     @property
-    def knee(self) -> int | None:
+    def knee(self) -> float | None:
         ceiling = self.lowest_fail
         passing = [level for level in self.runs if ceiling is None or level < ceiling]
         return max(passing, default=None)
 
     @property
-    def knee_high(self) -> int | None:
+    def knee_high(self) -> float | None:
         never = [level for level, runs in self.runs.items() if not any(r.passed for r in runs)]
         ceiling = min(never, default=None)
         passed = [
@@ -103,15 +103,15 @@ class _Levels:
         ]
         return max(passed, default=None)
 
-    def throughput(self, level: int) -> float:
+    def throughput(self, level: float) -> float:
         runs = self.runs[level]
         return sum(r.request_rate for r in runs) / len(runs)
 
-    def plateau(self, level: int) -> bool:
+    def plateau(self, level: float) -> bool:
         above = [self.throughput(other) for other in self.runs if other > level]
         return bool(above) and self.throughput(level) >= (1 - PLATEAU_SHARE) * max(above)
 
-    def signals(self, level: int) -> tuple[Signal, ...]:
+    def signals(self, level: float) -> tuple[Signal, ...]:
         seen = {signal for run in self.runs[level] for signal in run.engine_signals}
         ordered: list[Signal] = ["kv_full", "queue", "preemptions"]
         found: list[Signal] = ["throughput_plateau"] if self.plateau(level) else []
@@ -122,21 +122,21 @@ class _Levels:
         """Whether the engine's metrics were read at all: without them no step can show saturation."""
         return any(run.engine for runs in self.runs.values() for run in runs)
 
-    def saturated(self, level: int) -> bool:
+    def saturated(self, level: float) -> bool:
         runs = self.runs[level]
         if any(run.engine_saturated for run in runs):
             return True
         return any("queue" in run.engine_signals for run in runs) and self.plateau(level)
 
     @property
-    def saturation(self) -> int | None:
+    def saturation(self) -> float | None:
         return min((level for level in self.runs if self.saturated(level)), default=None)
 
-    def unsaturated_below(self, level: int) -> int | None:
+    def unsaturated_below(self, level: float) -> float | None:
         return max((other for other in self.runs if other < level and not self.saturated(other)), default=None)
 
 
-def _needs_split(low: int | None, high: int | None, tolerance: float) -> bool:
+def _needs_split(low: float | None, high: float | None, tolerance: float) -> bool:
     return low is not None and high is not None and high - low > max(1.0, tolerance * low)
 
 
@@ -178,7 +178,7 @@ async def find_knee(run_step: RunStep, max_concurrency: int, tolerance: float = 
 
 def _next_bisection(levels: _Levels, tolerance: float) -> int | None:
     """The middle of the lower bracket still wider than the tolerance, or None when both are narrow enough."""
-    brackets: list[tuple[int | None, int | None]] = []
+    brackets: list[tuple[float | None, float | None]] = []
     saturation = levels.saturation
     if saturation is not None:
         brackets.append((levels.unsaturated_below(saturation), saturation))
@@ -188,20 +188,20 @@ def _next_bisection(levels: _Levels, tolerance: float) -> int | None:
         return None
     low, high = min(wide, key=lambda bracket: bracket[1] or 0)
     assert low is not None and high is not None  # _needs_split checked both
-    return (low + high) // 2
+    return int(low + high) // 2
 
 
 def _confirmation(levels: _Levels) -> tuple[int, ...]:
     """The operating point and the level above it, where both were measured (an answer at the maximum tried, or
     at concurrency 1, has no pair to tell apart)."""
     knee, saturation = levels.knee, levels.saturation
-    pair: tuple[int | None, int | None]
+    pair: tuple[float | None, float | None]
     if saturation is not None and (knee is None or saturation <= knee):
         pair = (levels.unsaturated_below(saturation), saturation)
     else:
         pair = (knee, levels.lowest_fail)
     low, high = pair
-    return () if low is None or high is None else (low, high)
+    return () if low is None or high is None else (int(low), int(high))
 
 
 def conclude(steps: Sequence[StepSummary], *, interrupted: bool) -> Search:
@@ -236,15 +236,13 @@ def limiting_factor(
     interrupted: bool,
 ) -> tuple[LimitedBy, str]:
     """What stopped the load from rising, and one sentence saying so."""
-    saturated_first = saturation is not None and (
-        first_fail is None or saturation.step.concurrency <= first_fail.concurrency
-    )
+    saturated_first = saturation is not None and (first_fail is None or saturation.step.load <= first_fail.load)
     limit = saturation.step if saturation is not None and saturated_first else first_fail
     if limit is not None and limit.client_lag_p99_seconds > CLIENT_LAG_LIMIT_SECONDS:
         return "client", (
-            f"The load generator lagged {limit.client_lag_p99_seconds * 1000:.0f} ms (p99) at concurrency "
-            f"{limit.concurrency}: it could not send on time, so this is the client's limit, not the server's; run "
-            "it from a larger machine."
+            f"The load generator lagged {limit.client_lag_p99_seconds * 1000:.0f} ms (p99) at {limit.load_text}: "
+            "it could not send on time, so this is the client's limit, not the server's; run it from a larger "
+            "machine."
         )
     if saturation is not None and saturated_first:
         return _saturation_reason(saturation, first_fail)
@@ -253,10 +251,10 @@ def limiting_factor(
             return "none", "The run stopped before any step failed or saturated the engine, so no limit was found."
         return (
             "max_concurrency",
-            f"Every step passed up to the maximum concurrency {knee.concurrency} and the engine never saturated: "
+            f"Every step passed up to the highest load tried, {knee.load_text}, and the engine never saturated: "
             "the server's limit lies above it.",
         )
-    at = f"at concurrency {first_fail.concurrency}"
+    at = f"at {first_fail.load_text}"
     if first_fail.failing_slo == "errors":
         return "errors", f"{first_fail.errors} of {first_fail.requests} requests failed {at}."
     slo = first_fail.failing_slo or "ttft"
@@ -270,14 +268,14 @@ def limiting_factor(
 def _saturation_reason(saturation: Saturation, first_fail: StepSummary | None) -> tuple[LimitedBy, str]:
     step = saturation.step
     evidence = _evidence(step, saturation.signals)
-    slo = "" if first_fail is None else f"; the SLOs broke at concurrency {first_fail.concurrency}"
+    slo = "" if first_fail is None else f"; the SLOs broke at {first_fail.load_text}"
     if "kv_full" in saturation.signals or "preemptions" in saturation.signals:
         return (
             "kv_cache",
-            f"The engine saturated at concurrency {step.concurrency}: its KV cache filled ({evidence}){slo}.",
+            f"The engine saturated at {step.load_text}: its KV cache filled ({evidence}){slo}.",
         )
     return "saturation", (
-        f"The engine saturated at concurrency {step.concurrency} with room in its KV cache ({evidence}): a batch "
+        f"The engine saturated at {step.load_text} with room in its KV cache ({evidence}): a batch "
         f"limit (max running requests) or compute holds it{slo}."
     )
 

@@ -16,7 +16,7 @@ from typing import Protocol
 from exporter.loadtest import runner
 from exporter.loadtest.client import CONNECTION_FAILURES
 from exporter.loadtest.judge import StepSummary, certainly_failing, judged_so_far, summarize, worth_extending
-from exporter.loadtest.measure import SloSpec, StepRun
+from exporter.loadtest.measure import SloSpec, StepRun, describe_load
 from exporter.loadtest.model import mean_footprint_tokens
 from exporter.loadtest.search import Search, conclude, find_knee
 
@@ -30,6 +30,8 @@ class SearchSettings:
     max_concurrency: int
     tolerance: float
     levels: tuple[int, ...] = ()  # --concurrency: run exactly these, in order, instead of searching
+    rates: tuple[float, ...] = ()  # --rate: open-loop steps at these requests/s, in order (at most max_concurrency
+    #   in flight)
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class StepReporter(Protocol):
 
     def message(self, text: str) -> None: ...
 
-    def step_started(self, concurrency: int, seconds: float) -> None: ...
+    def step_started(self, load: str, seconds: float) -> None: ...
 
     def step_finished(self, step: StepSummary) -> None: ...
 
@@ -62,17 +64,14 @@ async def run_steps(settings: runner.RunSettings, search: SearchSettings, progre
             notes.append(f"engine metrics unreachable at the start, the run goes on without them: {run.engine.error}")
         progress.message(
             f"load-testing {settings.url} ({run.model}, engine {run.engine.engine or 'unknown'}): "
-            f"objective {search.slos.objective:g}, "
-            + (
-                f"concurrency {', '.join(map(str, search.levels))}"
-                if search.levels
-                else f"up to {search.max_concurrency}"
-            )
+            f"objective {search.slos.objective:g}, {_plan(search)}"
         )
         stepper = _Stepper(settings, search.slos, run, progress)
         with runner.ctrl_c_interrupts(run.interrupt):
-            if search.levels:
-                found = await _fixed(stepper, search.levels)
+            if search.rates:
+                found = await _fixed(stepper, [(search.max_concurrency, rate) for rate in search.rates])
+            elif search.levels:
+                found = await _fixed(stepper, [(level, None) for level in search.levels])
             else:
                 found = await find_knee(stepper.step, search.max_concurrency, search.tolerance)
         notes.extend(stepper.notes)
@@ -94,10 +93,19 @@ async def run_steps(settings: runner.RunSettings, search: SearchSettings, progre
         )
 
 
-async def _fixed(stepper: "_Stepper", levels: Sequence[int]) -> Search:
+def _plan(search: SearchSettings) -> str:
+    if search.rates:
+        rates = ", ".join(f"{rate:g}" for rate in search.rates)
+        return f"open loop at {rates} requests/s (at most {search.max_concurrency} in flight)"
+    if search.levels:
+        return f"concurrency {', '.join(map(str, search.levels))}"
+    return f"up to concurrency {search.max_concurrency}"
+
+
+async def _fixed(stepper: "_Stepper", loads: Sequence[tuple[int, float | None]]) -> Search:
     steps = []
-    for level in levels:
-        step = await stepper.step(level)
+    for concurrency, rate in loads:
+        step = await stepper.step(concurrency, rate)
         steps.append(step)
         if step.interrupted:
             return conclude(steps, interrupted=True)
@@ -121,14 +129,17 @@ class _Stepper:
         self.notes: list[str] = []
         self.stopped_by_time_limit = False
 
-    async def step(self, concurrency: int) -> StepSummary:
-        warmup = self.warmup_for(concurrency)
-        self.progress.step_started(concurrency, warmup + self.settings.step_seconds)
+    async def step(self, concurrency: int, offered_rate: float | None = None) -> StepSummary:
+        """A closed-loop step at `concurrency`, or with `offered_rate` an open-loop one capped at it."""
+        load = concurrency if offered_rate is None else offered_rate
+        warmup = self.warmup_for(load)
+        self.progress.step_started(describe_load(concurrency, offered_rate), warmup + self.settings.step_seconds)
         slos = self.slos
         step_run = await runner.run_step(
             self.settings,
             concurrency,
             self.run,
+            offered_rate=offered_rate,
             warmup_seconds=warmup,
             stop_early=lambda records, oldest: certainly_failing(judged_so_far(records, oldest), slos),
             keep_going=lambda records, oldest, share: worth_extending(judged_so_far(records, oldest), slos, share),
@@ -148,18 +159,18 @@ class _Stepper:
         if not summary.interrupted:
             unsettled = await runner.settle(self.run, self.settings, SETTLE_SECONDS)
             if unsettled is not None:
-                self.notes.append(f"after concurrency {concurrency}: {unsettled}")
+                self.notes.append(f"after {summary.load_text}: {unsettled}")
         return summary
 
-    def warmup_for(self, concurrency: int) -> float:
-        """At least the configured warm-up, and at least the p99 lifetime of a request at the nearest level below,
+    def warmup_for(self, load: float) -> float:
+        """At least the configured warm-up, and at least the p99 lifetime of a request at the nearest load below,
         times the load's growth where that level queued (its requests waited, so they will wait longer here)."""
-        below = [s for s in self.summaries if s.concurrency <= concurrency and s.e2e_p99_seconds is not None]
+        below = [s for s in self.summaries if s.load <= load and s.e2e_p99_seconds is not None]
         if not below:
             return self.settings.warmup_seconds
-        nearest = max(below, key=lambda s: s.concurrency)
+        nearest = max(below, key=lambda s: s.load)
         assert nearest.e2e_p99_seconds is not None
-        growth = concurrency / nearest.concurrency if "queue" in nearest.engine_signals else 1.0
+        growth = load / nearest.load if "queue" in nearest.engine_signals else 1.0
         lifetime = min(nearest.e2e_p99_seconds * growth, self.settings.request_timeout_seconds)
         return max(self.settings.warmup_seconds, lifetime)
 
@@ -170,7 +181,7 @@ def _refuse_a_dead_server(step: StepRun) -> None:
     lost = [record.error for record in step.requests if record.error in CONNECTION_FAILURES]
     if step.requests and len(lost) * 2 > len(step.requests):
         raise runner.LoadtestError(
-            f"the server stopped answering at concurrency {step.concurrency}: {len(lost)} of {len(step.requests)} "
+            f"the server stopped answering at {step.load_text}: {len(lost)} of {len(step.requests)} "
             f"requests failed ({lost[-1]}); nothing was written"
         )
 
@@ -178,9 +189,9 @@ def _refuse_a_dead_server(step: StepRun) -> None:
 def _traffic_notes(step: StepSummary, baseline: float | None) -> list[str]:
     notes = []
     busiest = max(((s.requests_running or 0.0) + (s.requests_waiting or 0.0) for s in step.engine), default=None)
-    if busiest is not None and busiest > step.concurrency + (baseline or 0.0):
+    if busiest is not None and busiest > step.concurrency + (baseline or 0.0):  # an open loop's cap bounds it too
         notes.append(
-            f"concurrency {step.concurrency}: the engine held {busiest:g} requests, more than this run sent: other "
+            f"{step.load_text}: the engine held {busiest:g} requests, more than this run sent: other "
             "traffic shares the engine, so this step's numbers are not this load's alone"
         )
     return notes
@@ -191,7 +202,7 @@ def _client_notes(step: StepRun) -> list[str]:
     if not failed:
         return []
     return [
-        f"concurrency {step.concurrency}: the load generator itself failed {len(failed)} requests ({failed[0]}); they "
+        f"{step.load_text}: the load generator itself failed {len(failed)} requests ({failed[0]}); they "
         "count as misses, and each ended its worker: report it, it is a bug in Plimsoll"
     ]
 
@@ -201,15 +212,15 @@ def _step_notes(steps: Sequence[StepSummary]) -> list[str]:
     for step in steps:
         if step.verdict == "unsure" and not step.interrupted:
             notes.append(
-                f"concurrency {step.concurrency} stayed unsure after extending the step "
+                f"{step.load_text} stayed unsure after extending the step "
                 f"({step.requests} requests): the point estimate decided ({'pass' if step.passed else 'fail'})"
             )
         if step.engine_error is not None:
-            notes.append(f"concurrency {step.concurrency}: {step.engine_error}")
+            notes.append(f"{step.load_text}: {step.engine_error}")
     return notes
 
 
 def _footprint(search: Search, step_runs: Sequence[StepRun]) -> float:
     point = search.operating_point
-    chosen = [run for run in step_runs if point is None or run.concurrency == point.concurrency]
+    chosen = [run for run in step_runs if point is None or run.load == point.load]
     return mean_footprint_tokens([record for run in chosen for record in run.requests])

@@ -68,7 +68,9 @@ def derive_thresholds(point: StepSummary | None, margin: float = DEFAULT_MARGIN)
         kv_usage = math.floor(round(lowered * 1000, 6)) / 1000
     # Rounded before ceil so 2.0000000001 waiting (float noise in a mean) stays 2.
     queue = None if point.requests_waiting is None else math.ceil(round(point.requests_waiting, 6))
-    return Thresholds(kv_usage=kv_usage, queue=queue, margin=margin, knee_concurrency=point.concurrency)
+    # An open loop's capacity is a rate, not requests in flight: it sets no replica's knee_concurrency.
+    knee_concurrency = point.concurrency if point.offered_rate is None else None
+    return Thresholds(kv_usage=kv_usage, queue=queue, margin=margin, knee_concurrency=knee_concurrency)
 
 
 def render_thresholds_yaml(fragment: Fragment, lead_time_seconds: float, header: Sequence[str]) -> str:

@@ -126,6 +126,10 @@ def test_bad_input_exits_2_with_one_line_and_sends_nothing(capsys: pytest.Captur
         ),
         (("--concurrency", "4,0"), "plimsoll loadtest: --concurrency: '0' is not a concurrency"),
         (("--concurrency", "2,4,2"), "plimsoll loadtest: --concurrency: 2 is given twice"),
+        (("--rate", "2,0"), "plimsoll loadtest: --rate: '0' is not a rate (requests per second above 0, e.g. 2.5)"),
+        (("--rate", "nan"), "plimsoll loadtest: --rate: 'nan' is not a rate"),
+        (("--rate", "2,2.0"), "plimsoll loadtest: --rate: 2.0 is given twice"),
+        (("--rate", "2", "--concurrency", "2"), "plimsoll loadtest: --rate and --concurrency: give one"),
         (
             ("--save-requests", "out.txt"),
             "plimsoll loadtest: --save-requests: 'out.txt' must end in .csv or .jsonl (the format it is written in)",
@@ -446,3 +450,31 @@ def test_prompts_open_with_a_marker_unless_no_unique_prompts(tmp_path: Path) -> 
         sent[unique] = [body["prompt"] for body in fake.observed.bodies[1:]]  # after the preflight request
     assert sent[True] and all(MARKED.match(prompt) for prompt in sent[True])
     assert sent[False] and not any(MARKED.match(prompt) for prompt in sent[False])
+
+
+def test_an_open_loop_run_answers_in_requests_per_second_and_sets_no_replica_knee(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = tmp_path / "requests.jsonl"
+    with fake_server(Behaviour(itl_seconds=0.001)) as fake:
+        status = main(
+            loadtest_args(
+                fake.url,
+                "ttft=500ms",
+                *("--rate", "20,40", "--arrivals", "constant", "--save-requests", str(saved)),
+                *("--out", str(tmp_path / "out"), "--format", "json"),
+            )
+        )
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert [step["offered_rate"] for step in result["steps"]] == [20.0, 40.0]
+    # Both rates pass on a fast server: the operating point is the higher rate, in requests/s.
+    assert result["operating_point"] == 40.0 and result["knee"]["offered_rate"] == 40.0
+    # A rate is not a number of requests in flight: no replica capacity comes from it.
+    assert result["thresholds"]["knee_concurrency"] is None
+    assert result["model_prediction"] is None or result["model_prediction"]["knee_concurrency"] is None
+    rows = [json.loads(line) for line in saved.read_text().splitlines()]
+    assert {row["offered_rate"] for row in rows} == {20.0, 40.0}
+    # Each step's achieved rate is the offered one: the client sent on schedule.
+    for step in result["steps"]:
+        assert step["request_rate"] == pytest.approx(step["offered_rate"], rel=0.25)

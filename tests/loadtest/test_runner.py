@@ -18,6 +18,7 @@ from exporter.loadtest.runner import (
     LoadtestError,
     RunSettings,
     api_key_from,
+    arrival_gaps,
     open_run,
     preflight,
     run_step,
@@ -476,3 +477,43 @@ def test_a_short_step_measures_the_throughput_littles_law_predicts() -> None:
     assert summary.request_rate == pytest.approx(4 / latency, rel=0.15)
     judged_and_done = [r for r in step.requests if r.completed and r.sent_at + (r.e2e_seconds or 0) <= 2.0]
     assert step.completed_in_window > len(judged_and_done)
+
+
+def _open_step(behaviour: Behaviour, rate: float, cap: int, **changes: object) -> tuple[StepRun, FakeOpenAI]:
+    async def go() -> tuple[StepRun, FakeOpenAI]:
+        async with serving(behaviour) as fake:
+            settings = _settings(fake.url, **changes)
+            async with open_run(settings) as run:
+                return await run_step(settings, cap, run, offered_rate=rate), fake
+
+    return asyncio.run(go())
+
+
+def test_an_open_loop_sends_at_the_rate_whatever_the_server_s_pace() -> None:
+    # 40 requests/s with constant gaps for 0.3 s warm-up + 1 s: about 52 arrivals, 25 ms apart, while each request
+    # takes 100 ms (a closed loop of 1 would send 13).
+    step, fake = _open_step(
+        Behaviour(ttft_seconds=0.05, itl_seconds=0.015), 40.0, 64, arrivals="constant", step_seconds=1.0
+    )
+    preflight_and_step = fake.observed.arrivals
+    gaps = [later - earlier for earlier, later in itertools.pairwise(preflight_and_step[1:])]
+    assert 45 <= len(gaps) + 1 <= 56, len(gaps)
+    assert sorted(gaps)[len(gaps) // 2] == pytest.approx(0.025, abs=0.005)
+    assert fake.observed.peak_in_flight >= 3  # requests overlapped: nobody waited for an answer to send
+    assert step.offered_rate == 40.0 and step.load_text == "40 requests/s"
+    assert all(record.completed for record in step.requests)
+
+
+def test_an_open_loop_arrival_past_the_cap_in_flight_is_a_counted_miss() -> None:
+    # 50 requests/s into a server that takes 0.5 s each, at most 4 in flight: most arrivals find the cap reached.
+    step, fake = _open_step(Behaviour(ttft_seconds=0.5), 50.0, 4, arrivals="constant", step_seconds=1.0)
+    refused = [record for record in step.requests if record.error and record.error.startswith("not sent")]
+    assert len(refused) > len(step.requests) / 2
+    assert fake.observed.peak_in_flight <= 4
+
+
+def test_poisson_arrivals_average_the_rate_and_repeat_with_the_seed() -> None:
+    gaps = list(itertools.islice(arrival_gaps(10.0, "poisson", seed=3), 4000))
+    assert sum(gaps) / len(gaps) == pytest.approx(0.1, rel=0.05)
+    assert len(set(gaps)) > 3900  # exponential gaps, not a constant
+    assert gaps[:5] == list(itertools.islice(arrival_gaps(10.0, "poisson", seed=3), 5))
