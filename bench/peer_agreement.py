@@ -1,9 +1,11 @@
 """Do `plimsoll loadtest` and `vllm bench serve` measure the same thing? Both against one real vLLM CPU engine (the
 tests' tiny model and 2 MiB KV pool), at the same fixed concurrencies, one after the other, in one run.
 
-Plimsoll runs `--concurrency` steps (no search); vllm bench serve runs `--max-concurrency` with its random dataset
+Plimsoll runs a `--concurrency` step (no search); vllm bench serve runs `--max-concurrency` with its random dataset
 at about the same prompt length (plimsoll's 48 words come to ~195 tokens) and the same 32 output tokens, with
---ignore-eos. Printed side by side with their ratios: TTFT (median), ITL over every gap (median), ITL as each
+--ignore-eos. The engine is warmed first, and the two alternate which goes first at each level: on this one-CPU
+engine the same command varies by 20-40% from one minute to the next, most right after the start. Printed side by
+side with their ratios: TTFT (median), ITL over every gap (median), ITL as each
 request's mean gap (vLLM's TPOT, averaged over requests), and requests per second. vLLM's numbers are its own
 JSON result; plimsoll's are its result.json and --save-requests file.
 
@@ -76,12 +78,19 @@ def main() -> None:
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
     install = ensure_vllm(DEFAULT_CACHE_DIR)
+    ours: dict[int, dict[str, float]] = {}
+    theirs: dict[int, dict[str, float]] = {}
     with start_vllm(install, free_port()) as server, tempfile.TemporaryDirectory() as tmp:
-        ours = _plimsoll(server.base_url, levels, args.seconds, Path(tmp) / "plimsoll")
-        theirs = {
-            level: _vllm(install.venv, install.model_dir, server.base_url, level, args.seconds, Path(tmp))
-            for level in levels
-        }
+        _plimsoll(server.base_url, [max(levels)], args.seconds, Path(tmp) / "warm-up")
+        for index, level in enumerate(levels):
+            # Alternate which client goes first, so neither always meets the engine as the other left it.
+            for client in ("plimsoll", "vllm") if index % 2 == 0 else ("vllm", "plimsoll"):
+                if client == "plimsoll":
+                    ours.update(_plimsoll(server.base_url, [level], args.seconds, Path(tmp) / f"p{level}"))
+                else:
+                    theirs[level] = _vllm(
+                        install.venv, install.model_dir, server.base_url, level, args.seconds, Path(tmp)
+                    )
     prompt = sum(m["prompt_tokens"] for m in ours.values()) / len(ours)
     print(f"prompt tokens: plimsoll {prompt:.0f} (48 words and its marker), vllm bench serve {PROMPT_TOKENS}")
     header = f"{'concurrency':>11} | " + " | ".join(

@@ -117,6 +117,7 @@ class Summary:
     """What the loop measured; times are seconds since the ramp started (None: it did not happen)."""
 
     knee_concurrency: int | None = None
+    point_kv_usage: float | None = None  # the KV usage (p90) loadtest measured at that concurrency
     threshold_ratio: float | None = None
     steady_clients: int = 0
     steady_seconds: float = STEADY_SECONDS
@@ -191,6 +192,8 @@ def _find_knee(engine: VllmServer, config: Path, out: Path, summary: Summary) ->
         raise DemoError(f"plimsoll loadtest exited {done.returncode}:\n{done.stderr[-2000:]}")
     result = json.loads((out / "result.json").read_text())
     summary.knee_concurrency = result.get("operating_point")
+    at_point = [step for step in result["steps"] if step["concurrency"] == summary.knee_concurrency]
+    summary.point_kv_usage = at_point[-1]["kv_cache_usage_ratio"] if at_point else None
     written = yaml.safe_load(config.read_text())["saturation"]
     summary.threshold_ratio = float(written["kv_usage"])
     summary.report = str(out / "report.html")
