@@ -40,6 +40,9 @@ EXIT_KNEE = 0
 EXIT_NO_ANSWER = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 _SLO_NAMES = ("ttft", "itl")
+# One process sends about 1,300 requests/s of 32 tokens on one core (bench/loadgen_bench.py); ten times that is
+# surely past it, and every arrival over the in-flight cap is a record kept in memory.
+MAX_RATE = 10_000.0
 # The final table's width where stdout is not a terminal (a file, a CI log): wide enough for every column.
 _TABLE_WIDTH = 160
 
@@ -224,6 +227,11 @@ def _rates(text: str | None, concurrency: str | None) -> tuple[float, ...]:
             rate = math.nan
         if not math.isfinite(rate) or rate <= 0:
             raise LoadtestInputError(f"--rate: {item!r} is not a rate (requests per second above 0, e.g. 2.5)")
+        if rate > MAX_RATE:
+            raise LoadtestInputError(
+                f"--rate: {item} requests/s is more than one load generator sends ({MAX_RATE:g} at most; "
+                "bench/loadgen_bench.py measures what this machine holds)"
+            )
         if rate in rates:
             raise LoadtestInputError(f"--rate: {item} is given twice")
         rates.append(rate)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun, describe_load
+from exporter.loadtest.measure import EngineSample, OfferedLoad, RequestRecord, SloSpec, StepRun
 
 Verdict = Literal["pass", "fail", "unsure"]
 FailingSlo = Literal["ttft", "itl", "errors"]
@@ -154,7 +154,7 @@ def worth_extending(judged: Sequence[RequestRecord], slos: SloSpec, extension_sh
 
 
 @dataclass(frozen=True)
-class StepSummary:
+class StepSummary(OfferedLoad):
     """One load step, judged: what the client measured, what the engine said, and the verdict."""
 
     concurrency: int  # closed loop: requests held in flight; open loop: the cap on them
@@ -189,15 +189,6 @@ class StepSummary:
     engine: tuple[EngineSample, ...]
     engine_error: str | None
     offered_rate: float | None = None  # open loop: requests/s offered (None: closed loop)
-
-    @property
-    def load(self) -> float:
-        """What the step offered: its arrival rate (open loop) or its concurrency (closed loop)."""
-        return self.concurrency if self.offered_rate is None else self.offered_rate
-
-    @property
-    def load_text(self) -> str:
-        return describe_load(self.concurrency, self.offered_rate)
 
     @property
     def engine_saturated(self) -> bool:

@@ -68,8 +68,24 @@ class SloSpec:
     objective: float  # share of requests that must meet every threshold, e.g. 0.99
 
 
+class OfferedLoad:
+    """What a step offered, for the step's two records (StepRun, and the judged StepSummary) alike."""
+
+    concurrency: int
+    offered_rate: float | None
+
+    @property
+    def load(self) -> float:
+        """Its arrival rate (open loop) or its concurrency (closed loop): what the search orders steps by."""
+        return self.concurrency if self.offered_rate is None else self.offered_rate
+
+    @property
+    def load_text(self) -> str:
+        return describe_load(self.concurrency, self.offered_rate)
+
+
 @dataclass(frozen=True)
-class StepRun:
+class StepRun(OfferedLoad):
     """What one load step produced (warm-up already discarded)."""
 
     concurrency: int
@@ -91,12 +107,3 @@ class StepRun:
     # Open loop (--rate): requests arrived at this rate, whatever the server's pace, and `concurrency` is only the
     # cap on requests in flight. None: a closed loop of `concurrency` requests.
     offered_rate: float | None = None
-
-    @property
-    def load(self) -> float:
-        """What the step offered: its arrival rate (open loop) or its concurrency (closed loop)."""
-        return self.concurrency if self.offered_rate is None else self.offered_rate
-
-    @property
-    def load_text(self) -> str:
-        return describe_load(self.concurrency, self.offered_rate)

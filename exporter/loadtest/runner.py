@@ -400,7 +400,7 @@ async def run_step(
                 clock=clock,
             )
         except Exception as error:  # a bug here must be a counted miss, not a silently lost worker
-            record = _client_error(sent - step.measured_from, error)
+            record = _missed(sent - step.measured_from, f"{CLIENT_ERROR}: {type(error).__name__}")
         done = clock()
         step.in_flight.pop(key, None)
         if record.completed:
@@ -430,7 +430,9 @@ async def run_step(
             number += 1
             if len(spawned) >= concurrency:
                 if clock() >= step.measured_from:
-                    step.records.append(_over_the_cap(clock() - step.measured_from, concurrency))
+                    step.records.append(
+                        _missed(clock() - step.measured_from, f"{OVER_THE_CAP} ({concurrency} in flight)")
+                    )
             else:
                 spawned.add(task := asyncio.create_task(exchange(-number)))
                 task.add_done_callback(spawned.discard)
@@ -498,7 +500,8 @@ def arrival_gaps(rate: float, kind: str, seed: int) -> Iterator[float]:
         yield rng.expovariate(rate) if kind == "poisson" else 1.0 / rate
 
 
-def _over_the_cap(sent_at: float, cap: int) -> RequestRecord:
+def _missed(sent_at: float, error: str) -> RequestRecord:
+    """A request the server never answered because the client did not get it there: a miss with its reason."""
     return RequestRecord(
         sent_at=sent_at,
         ttft_seconds=None,
@@ -506,19 +509,7 @@ def _over_the_cap(sent_at: float, cap: int) -> RequestRecord:
         e2e_seconds=None,
         prompt_tokens=None,
         output_tokens=None,
-        error=f"{OVER_THE_CAP} ({cap} in flight)",
-    )
-
-
-def _client_error(sent_at: float, error: Exception) -> RequestRecord:
-    return RequestRecord(
-        sent_at=sent_at,
-        ttft_seconds=None,
-        itl_seconds=(),
-        e2e_seconds=None,
-        prompt_tokens=None,
-        output_tokens=None,
-        error=f"{CLIENT_ERROR}: {type(error).__name__}",
+        error=error,
     )
 
 

@@ -128,6 +128,7 @@ def test_bad_input_exits_2_with_one_line_and_sends_nothing(capsys: pytest.Captur
         (("--concurrency", "2,4,2"), "plimsoll loadtest: --concurrency: 2 is given twice"),
         (("--rate", "2,0"), "plimsoll loadtest: --rate: '0' is not a rate (requests per second above 0, e.g. 2.5)"),
         (("--rate", "nan"), "plimsoll loadtest: --rate: 'nan' is not a rate"),
+        (("--rate", "1e9"), "plimsoll loadtest: --rate: 1e9 requests/s is more than one load generator sends"),
         (("--rate", "2,2.0"), "plimsoll loadtest: --rate: 2.0 is given twice"),
         (("--rate", "2", "--concurrency", "2"), "plimsoll loadtest: --rate and --concurrency: give one"),
         (
