@@ -188,7 +188,7 @@ def settings_from_args(args: argparse.Namespace, flag_plan: CapacityPlan | None)
         rates=_rates(args.rate, args.concurrency),
         save_requests=_save_requests(args.save_requests),
         margin=args.margin,
-        out_dir=Path(args.out),
+        out_dir=_writable_dir(Path(args.out)),
         output_format=args.format,
         capacity_plan=flag_plan or _config_plan(target),
         config_path=Path(args.config) if args.config else None,
@@ -243,7 +243,23 @@ def _save_requests(path: str | None) -> Path | None:
         return None
     if not path.endswith((".csv", ".jsonl")):
         raise LoadtestInputError(f"--save-requests: {path!r} must end in .csv or .jsonl (the format it is written in)")
+    if Path(path).is_dir():
+        raise LoadtestInputError(f"--save-requests: {path} is a directory; name a file in it")
+    _writable_dir(Path(path).parent, "--save-requests")
     return Path(path)
+
+
+def _writable_dir(path: Path, flag: str = "--out") -> Path:
+    """A directory the run will be able to write into (made when it writes): checked before any load is sent, so
+    a run is never measured only to be lost, and nothing is made for a run that could not answer."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise LoadtestInputError(f"{flag}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise LoadtestInputError(f"{flag}: {existing} is not writable")
+    return path
 
 
 def _checked_url(url: str | None, flag: str = "--url") -> str:
@@ -280,9 +296,15 @@ def run_loadtest(settings: LoadtestSettings) -> int:
             print("plimsoll loadtest: interrupted before any load was sent; nothing written", file=sys.stderr)
             return EXIT_INTERRUPTED
     result = _result(settings, outcome, started_at)
-    written = write_outputs(settings.out_dir, result)
-    if settings.save_requests is not None:
-        write_requests(settings.save_requests, outcome.step_runs, settings.slos)
+    try:
+        written = write_outputs(settings.out_dir, result)
+        if settings.save_requests is not None:
+            write_requests(settings.save_requests, outcome.step_runs, settings.slos)
+    except OSError as error:  # the disk filled or a permission changed during the run: say where, no traceback
+        print(
+            f"plimsoll loadtest: cannot write {error.filename or settings.out_dir}: {error.strerror}", file=sys.stderr
+        )
+        return EXIT_NO_ANSWER
     document = result_document(result)
     messages = _write_back(settings, result, written)
     if settings.output_format == "json":

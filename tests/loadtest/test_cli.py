@@ -131,6 +131,8 @@ def test_bad_input_exits_2_with_one_line_and_sends_nothing(capsys: pytest.Captur
         (("--rate", "1e9"), "plimsoll loadtest: --rate: 1e9 requests/s is more than one load generator sends"),
         (("--rate", "2,2.0"), "plimsoll loadtest: --rate: 2.0 is given twice"),
         (("--rate", "2", "--concurrency", "2"), "plimsoll loadtest: --rate and --concurrency: give one"),
+        (("--out", "/dev/null/out"), "plimsoll loadtest: --out: /dev/null is not a directory"),
+        (("--save-requests", "/dev/null/r.csv"), "plimsoll loadtest: --save-requests: /dev/null is not a directory"),
         (
             ("--save-requests", "out.txt"),
             "plimsoll loadtest: --save-requests: 'out.txt' must end in .csv or .jsonl (the format it is written in)",
