@@ -1,6 +1,8 @@
-"""`plimsoll loadtest`: drive an OpenAI-compatible server with rising concurrency, find the knee where the SLOs
-break, read the engine's own metrics at it, compare it with the capacity model and write it back as thresholds.
+"""`plimsoll loadtest`: drive an OpenAI-compatible server with rising load (closed-loop concurrency, or open-loop
+rates), find where the engine saturates by its own metrics and where the SLOs break, compare the lower of the two
+with the capacity model and write it back as thresholds.
 
-`measure` holds the values every part passes around; `judge` and `search` are pure logic over them; the runner,
-client and engine watcher do the I/O.
+`measure` holds the values every part passes around; `judge` (one step's verdict and signals) and `search` (the
+answers from all steps) are pure logic over them; `steps`, the runner, the client and the engine watcher do the
+I/O; `outputs`, `report` and `progress` render one result document.
 """
