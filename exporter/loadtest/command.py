@@ -56,11 +56,7 @@ class LoadtestSettings:
     """Everything one run needs, decided from the flags before any request is sent."""
 
     run: runner.RunSettings
-    slos: SloSpec
-    max_concurrency: int
-    tolerance: float
-    levels: tuple[int, ...]  # --concurrency: these levels in order, no search
-    rates: tuple[float, ...]  # --rate: open-loop steps at these requests/s, in order
+    search: SearchSettings  # the SLOs and what loads to run
     save_requests: Path | None  # --save-requests: every request's record, CSV or JSON lines
     margin: float
     out_dir: Path
@@ -181,11 +177,13 @@ def settings_from_args(args: argparse.Namespace, flag_plan: CapacityPlan | None)
         raise LoadtestInputError(f"--margin: {args.margin:g} is not a share in [0, 0.5) (e.g. 0.05 for 5%)")
     return LoadtestSettings(
         run=run_settings,
-        slos=slos,
-        max_concurrency=args.max_concurrency,
-        tolerance=args.tolerance,
-        levels=_levels(args.concurrency),
-        rates=_rates(args.rate, args.concurrency),
+        search=SearchSettings(
+            slos=slos,
+            max_concurrency=args.max_concurrency,
+            tolerance=args.tolerance,
+            levels=_levels(args.concurrency),
+            rates=_rates(args.rate, args.concurrency),
+        ),
         save_requests=_save_requests(args.save_requests),
         margin=args.margin,
         out_dir=_writable_dir(Path(args.out)),
@@ -282,12 +280,9 @@ def run_loadtest(settings: LoadtestSettings) -> int:
     # Logs and pipes get whole lines: rich would wrap them at 80 columns where it cannot ask a terminal.
     progress_console = Console(stderr=True, soft_wrap=True)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    search = SearchSettings(
-        settings.slos, settings.max_concurrency, settings.tolerance, settings.levels, settings.rates
-    )
     with Progress(progress_console) as progress:
         try:
-            outcome = asyncio.run(run_steps(settings.run, search, progress))
+            outcome = asyncio.run(run_steps(settings.run, settings.search, progress))
         except runner.LoadtestError as error:
             print(f"plimsoll loadtest: {error}", file=sys.stderr)
             return EXIT_NO_ANSWER
@@ -299,7 +294,7 @@ def run_loadtest(settings: LoadtestSettings) -> int:
     try:
         written = write_outputs(settings.out_dir, result)
         if settings.save_requests is not None:
-            write_requests(settings.save_requests, outcome.step_runs, settings.slos)
+            write_requests(settings.save_requests, outcome.step_runs, settings.search.slos)
     except OSError as error:  # the disk filled or a permission changed during the run: say where, no traceback
         print(
             f"plimsoll loadtest: cannot write {error.filename or settings.out_dir}: {error.strerror}", file=sys.stderr
@@ -383,10 +378,10 @@ def _result(settings: LoadtestSettings, outcome: Outcome, started_at: str) -> Ru
             endpoint=run.endpoint_at().url,
             model=outcome.model,
             started_at=started_at,
-            slos=settings.slos,
+            slos=settings.search.slos,
             workload=workload.describe(run.workload),
-            max_concurrency=settings.max_concurrency,
-            tolerance=settings.tolerance,
+            max_concurrency=settings.search.max_concurrency,
+            tolerance=settings.search.tolerance,
             margin=settings.margin,
             lead_time_seconds=settings.lead_time_seconds,
         ),

@@ -58,6 +58,11 @@ class EngineSample:
     requests_waiting: float | None
     preemptions_total: float | None
 
+    @property
+    def requests_in_engine(self) -> float:
+        """Requests running and waiting: the load the engine held (0 where it says neither)."""
+        return (self.requests_running or 0.0) + (self.requests_waiting or 0.0)
+
 
 @dataclass(frozen=True)
 class SloSpec:

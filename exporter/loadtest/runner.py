@@ -23,7 +23,7 @@ import aiohttp
 
 from exporter.loadtest.client import ENDPOINT_PATHS, Endpoint, Limits, send, send_explained
 from exporter.loadtest.judge import MAX_EXTENSION
-from exporter.loadtest.measure import EngineSample, RequestRecord, StepRun
+from exporter.loadtest.measure import RequestRecord, StepRun
 from exporter.loadtest.watch import EngineRead, read_engine, watch
 from exporter.loadtest.workload import TraceWorkload, Workload, WorkRequest, requests, run_marker
 
@@ -133,7 +133,7 @@ class Run:
     def baseline_load(self) -> float | None:
         """Requests running and waiting in the engine before the run sent any: what idle means for it."""
         sample = self.engine.sample
-        return None if sample is None else _load(sample)
+        return None if sample is None else sample.requests_in_engine
 
     def interrupt(self) -> None:
         """Ctrl-C: the step in progress ends now with what it has."""
@@ -183,10 +183,6 @@ async def wait_ready(
             await _health(session, settings)
             await served_models(session, settings.url, settings.auth_headers)
             return
-        except _NotReady as not_ready:
-            if clock() >= deadline:
-                waited = f"waited {settings.ready_timeout_seconds:g}s, --ready-timeout"
-                raise LoadtestError(f"{not_ready} ({waited})") from None
         except LoadtestError as error:
             if not _may_become_ready(str(error)):
                 raise
@@ -194,10 +190,6 @@ async def wait_ready(
                 waited = f"waited {settings.ready_timeout_seconds:g}s, --ready-timeout"
                 raise LoadtestError(f"{error} ({waited})") from None
         await asyncio.sleep(POLL_SECONDS)
-
-
-class _NotReady(Exception):
-    """/health answered, but not yet 200."""
 
 
 async def _health(session: aiohttp.ClientSession, settings: RunSettings) -> None:
@@ -211,12 +203,16 @@ async def _health(session: aiohttp.ClientSession, settings: RunSettings) -> None
     except (TimeoutError, aiohttp.ClientError, OSError):
         return  # /v1/models, asked next, says what is wrong in words
     if status not in (200, 401, 403, 404, 405):
-        raise _NotReady(f"{url} answered HTTP {status}: the server is not ready")
+        raise LoadtestError(f"{url} answered HTTP {status}: {_NOT_READY}")
+
+
+_NOT_READY = "the server is not ready"
 
 
 def _may_become_ready(reason: str) -> bool:
-    """Refusals a starting server gives: nothing listening yet, no model loaded yet, a 503 while loading."""
-    return "connection refused" in reason or "lists no models" in reason or "HTTP 503" in reason
+    """Refusals a starting server gives: nothing listening yet, no model loaded yet, a 503 while loading, a /health
+    that does not yet answer 200."""
+    return any(sign in reason for sign in ("connection refused", "lists no models", "HTTP 503", _NOT_READY))
 
 
 async def served_models(
@@ -564,7 +560,7 @@ async def settle(
         read = await read_engine(run.session, settings.engine_metrics_url, 0.0, settings.metrics_headers)
         if read.sample is None:
             return None
-        load = _load(read.sample)
+        load = read.sample.requests_in_engine
         if load <= baseline or clock() >= deadline:
             break
         with suppress(TimeoutError):
@@ -575,10 +571,6 @@ async def settle(
         f"the engine still had {load:g} requests running or waiting {timeout_seconds:g}s after the step "
         f"(before the run: {baseline:g}): other traffic, or requests the engine kept after the client gave up"
     )
-
-
-def _load(sample: EngineSample) -> float:
-    return (sample.requests_running or 0.0) + (sample.requests_waiting or 0.0)
 
 
 async def _wait_or_interrupt(tasks: Sequence[asyncio.Task[Any]], interrupted: asyncio.Event) -> None:

@@ -131,8 +131,7 @@ class _Stepper:
 
     async def step(self, concurrency: int, offered_rate: float | None = None) -> StepSummary:
         """A closed-loop step at `concurrency`, or with `offered_rate` an open-loop one capped at it."""
-        load = concurrency if offered_rate is None else offered_rate
-        warmup = self.warmup_for(load)
+        warmup = self.warmup_for(concurrency if offered_rate is None else offered_rate)
         self.progress.step_started(describe_load(concurrency, offered_rate), warmup + self.settings.step_seconds)
         slos = self.slos
         step_run = await runner.run_step(
@@ -188,7 +187,7 @@ def _refuse_a_dead_server(step: StepRun) -> None:
 
 def _traffic_notes(step: StepSummary, baseline: float | None) -> list[str]:
     notes = []
-    busiest = max(((s.requests_running or 0.0) + (s.requests_waiting or 0.0) for s in step.engine), default=None)
+    busiest = max((sample.requests_in_engine for sample in step.engine), default=None)
     if busiest is not None and busiest > step.concurrency + (baseline or 0.0):  # an open loop's cap bounds it too
         notes.append(
             f"{step.load_text}: the engine held {busiest:g} requests, more than this run sent: other "
