@@ -20,19 +20,23 @@ def make_app(itl_seconds: float, tokens: int) -> web.Application:
         return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
 
     async def completions(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        wanted = int(body.get("max_tokens", tokens))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        due = time.monotonic()
-        for _ in range(wanted):
-            due += itl_seconds
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
-            lags.append(max(0.0, time.monotonic() - due))
-            chunk = {"choices": [{"index": 0, "text": " a"}]}
-            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        usage = {"choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": wanted, "total_tokens": wanted + 8}}
-        await response.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+        try:
+            body = await request.json()
+            wanted = int(body.get("max_tokens", tokens))
+            await response.prepare(request)
+            due = time.monotonic()
+            for _ in range(wanted):
+                due += itl_seconds
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                lags.append(max(0.0, time.monotonic() - due))
+                chunk = {"choices": [{"index": 0, "text": " a"}]}
+                await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            counts = {"prompt_tokens": 8, "completion_tokens": wanted, "total_tokens": wanted + 8}
+            usage = {"choices": [], "usage": counts}
+            await response.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+        except ConnectionResetError:
+            pass  # a client that stops at its deadline closes streams mid-request: expected, not the server's error
         return response
 
     async def lag(_: web.Request) -> web.Response:

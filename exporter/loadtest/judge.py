@@ -198,13 +198,13 @@ class StepSummary(OfferedLoad):
         return "preemptions" in signals or {"queue", "kv_full"} <= signals
 
 
-def engine_signals(run: StepRun) -> tuple[EngineSignal, ...]:
+def engine_signals(samples: Sequence[EngineSample]) -> tuple[EngineSignal, ...]:
     """kv_full (p90 usage at the ceiling), queue (requests waiting in a tenth of the samples at least),
     preemptions (the counter rose)."""
-    usage = sorted(_present(s.kv_cache_usage_ratio for s in run.engine))
+    usage = sorted(_present(s.kv_cache_usage_ratio for s in samples))
     p90 = percentile(usage, 0.90)
-    share = _waiting_share(run.engine)
-    preempted = _increase(_present(s.preemptions_total for s in run.engine))
+    share = _waiting_share(samples)
+    preempted = _increase(_present(s.preemptions_total for s in samples))
     found: list[EngineSignal] = []
     if p90 is not None and p90 >= KV_FULL_RATIO:
         found.append("kv_full")
@@ -213,6 +213,27 @@ def engine_signals(run: StepRun) -> tuple[EngineSignal, ...]:
     if preempted:
         found.append("preemptions")
     return tuple(found)
+
+
+def certainly_saturated(samples: Sequence[EngineSample], planned_samples: int) -> str | None:
+    """Why a running step is certainly saturated (the StepRun.ended_early text), or None while it may not be.
+
+    Certain means no sample still to come can change the step's signals: the engine preempted, or the samples so
+    far already hold, out of the `planned_samples` a whole step would have, enough at a full KV cache for its p90 to
+    be at the ceiling and enough with requests waiting for the queue's share. The step ends no sooner than a
+    quarter of its planned samples, so its throughput and latencies still come from a window worth reading."""
+    if len(samples) < planned_samples / 4:
+        return None
+    if _increase(_present(s.preemptions_total for s in samples)):
+        return "certainly saturated: the engine preempted requests"
+    full = sum(1 for usage in _present(s.kv_cache_usage_ratio for s in samples) if usage >= KV_FULL_RATIO)
+    queued = sum(1 for waiting in _present(s.requests_waiting for s in samples) if waiting > 0)
+    # `percentile` interpolates between ranks: p90 of n values is at the ceiling once its top n - floor(0.9 (n - 1))
+    # are, and that count only grows with n, so reaching it for the planned n holds for any shorter step too.
+    full_needed = planned_samples - math.floor(0.9 * (planned_samples - 1))
+    if full < full_needed or queued < math.ceil(QUEUE_SAMPLE_SHARE * planned_samples):
+        return None
+    return f"certainly saturated: KV cache full in {full} and requests waiting in {queued} of {len(samples)} samples"
 
 
 def _waiting_share(samples: Sequence[EngineSample]) -> float | None:
@@ -250,7 +271,7 @@ def summarize(run: StepRun, slos: SloSpec) -> StepSummary:
         requests_running=_mean(_present(s.requests_running for s in run.engine)),
         waiting_sample_share=_waiting_share(run.engine),
         preemptions=_increase(_present(s.preemptions_total for s in run.engine)),
-        engine_signals=engine_signals(run),
+        engine_signals=engine_signals(run.engine),
         ttft_p50_seconds=percentile(ttfts, 0.50),
         ttft_p99_seconds=percentile(ttfts, 0.99),
         itl_p50_seconds=percentile(gaps, 0.50),

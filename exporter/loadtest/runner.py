@@ -23,7 +23,7 @@ import aiohttp
 
 from exporter.loadtest.client import ENDPOINT_PATHS, Endpoint, Limits, send, send_explained
 from exporter.loadtest.judge import MAX_EXTENSION
-from exporter.loadtest.measure import RequestRecord, StepRun
+from exporter.loadtest.measure import EngineSample, RequestRecord, StepRun
 from exporter.loadtest.watch import EngineRead, read_engine, watch
 from exporter.loadtest.workload import TraceWorkload, Workload, WorkRequest, requests, run_marker
 
@@ -42,7 +42,7 @@ POLL_SECONDS = 0.5
 
 # Given the measured requests and the send time of the oldest one still in flight (None: none is): a reason to
 # end the step now (certainly failing), else None.
-StopEarly = Callable[[Sequence[RequestRecord], float | None], str | None]
+StopEarly = Callable[[Sequence[RequestRecord], float | None, Sequence[EngineSample]], str | None]
 # Given the same at the step's planned end, and the extension as a share of the time run: whether to run on.
 KeepGoing = Callable[[Sequence[RequestRecord], float | None, float], bool]
 
@@ -342,6 +342,7 @@ class _Step:
     last_done: float = 0.0  # when the last measured request ended
     sending: bool = True
     completions: list[tuple[float, int]] = field(default_factory=list)  # (when, output tokens), warm-up sends too
+    engine: list[EngineSample] = field(default_factory=list)  # the watcher appends
 
     def in_window(self, until: float) -> tuple[int, int]:
         """Requests completed, and their output tokens, between the warm-up's end and `until`."""
@@ -445,7 +446,12 @@ async def run_step(
 
     watcher = asyncio.create_task(
         watch(
-            run.session, settings.engine_metrics_url, step.measured_from, stop_watch, headers=settings.metrics_headers
+            run.session,
+            settings.engine_metrics_url,
+            step.measured_from,
+            stop_watch,
+            step.engine,
+            headers=settings.metrics_headers,
         )
     )
     lag = asyncio.create_task(ticker())
@@ -535,7 +541,8 @@ async def _control(
         if now < step.measured_from:
             continue
         records = tuple(step.records)
-        if stop_early is not None and (reason := stop_early(records, step.oldest_in_flight)) is not None:
+        engine = tuple(step.engine)
+        if stop_early is not None and (reason := stop_early(records, step.oldest_in_flight, engine)) is not None:
             return reason
         if now >= longest_end:
             return None

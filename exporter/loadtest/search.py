@@ -12,7 +12,10 @@ Two answers come from the same steps:
 Doubling from 1 goes on until both are bracketed (a failing step; a saturated one) or the maximum is reached, at
 most one doubling past the saturation point (load beyond it only queues) and two past the first failing step (the
 saturation point is then reported as not reached, if it was not). Each bracket is then bisected,
-the lower one first, until it is within `tolerance` of its lower end (or one request). Last, the operating point
+the lower one first, until it is within `tolerance` of its lower end (or one request). Where the engine saturated
+with its KV cache full, the first probes into its bracket are where the pool should run out by the KV usage the
+doubling measured (`_pool_guess`): right, they settle it in one or two steps instead of log2 of its width; wrong,
+they cost one or two steps before plain bisection goes on. Last, the operating point
 (the lower of the two answers, the one thresholds and autoscaling take) and the level above it are run again: a
 level passes only if every run of it passed, and is saturated if any run was. Where the runs disagree the answer
 is reported as a range. The search stops at a step the user or the time limit interrupted, keeping what it knew.
@@ -23,11 +26,12 @@ a load generator that could not keep up says nothing about the server; errors ar
 the SLO that lost most requests.
 """
 
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from exporter.loadtest.judge import StepSummary
+from exporter.loadtest.judge import KV_FULL_RATIO, StepSummary
 
 LimitedBy = Literal["slo:ttft", "slo:itl", "errors", "kv_cache", "saturation", "client", "max_concurrency", "none"]
 Signal = Literal["throughput_plateau", "kv_full", "queue", "preemptions"]
@@ -166,7 +170,8 @@ async def find_knee(run_step: RunStep, max_concurrency: int, tolerance: float = 
             break
         concurrency = min(2 * concurrency, max_concurrency)
 
-    while (level := _next_bisection(_Levels(steps), tolerance)) is not None:
+    guess = _pool_guess(_Levels(steps))
+    while (level := _next_bisection(_Levels(steps), tolerance, guess)) is not None:
         if not await run(level):
             return conclude(steps, interrupted=True)
 
@@ -176,8 +181,29 @@ async def find_knee(run_step: RunStep, max_concurrency: int, tolerance: float = 
     return conclude(steps, interrupted=False)
 
 
-def _next_bisection(levels: _Levels, tolerance: float) -> int | None:
-    """The middle of the lower bracket still wider than the tolerance, or None when both are narrow enough."""
+def _pool_guess(levels: _Levels) -> int | None:
+    """The lowest concurrency a KV-limited engine should saturate at: its KV usage grows with the requests it holds,
+    so at the highest level measured under the ceiling the pool holds `level / usage` of them, and one more waits.
+    None where the engine did not saturate with its KV cache full, or no level under the ceiling reported usage."""
+    saturation = levels.saturation
+    if saturation is None or "kv_full" not in levels.signals(saturation):
+        return None
+    under = [
+        (level, usage)
+        for level in levels.runs
+        if level < saturation
+        and (usage := levels.last(level).kv_cache_usage_ratio) is not None
+        and 0 < usage < KV_FULL_RATIO
+    ]
+    if not under:
+        return None
+    level, usage = max(under)
+    return math.floor(level / usage) + 1
+
+
+def _next_bisection(levels: _Levels, tolerance: float, pool_guess: int | None) -> int | None:
+    """The next level to run in the lower bracket still wider than the tolerance (next to the pool guess first,
+    inside the saturation bracket; else its middle), or None when both are narrow enough."""
     brackets: list[tuple[float | None, float | None]] = []
     saturation = levels.saturation
     if saturation is not None:
@@ -188,6 +214,13 @@ def _next_bisection(levels: _Levels, tolerance: float) -> int | None:
         return None
     low, high = min(wide, key=lambda bracket: bracket[1] or 0)
     assert low is not None and high is not None  # _needs_split checked both
+    if high == saturation and pool_guess is not None:
+        # The last level the pool should hold first; then, by its answer, the guess itself or one lower still (the
+        # usage a step reports lags the peak its requests reach). Strictly inside the bracket is never measured,
+        # so at most two of these run.
+        guesses = [level for level in (pool_guess - 1, pool_guess, pool_guess - 2) if low < level < high]
+        if guesses:
+            return guesses[0]
     return int(low + high) // 2
 
 

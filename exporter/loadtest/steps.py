@@ -15,10 +15,18 @@ from typing import Protocol
 
 from exporter.loadtest import runner
 from exporter.loadtest.client import CONNECTION_FAILURES
-from exporter.loadtest.judge import StepSummary, certainly_failing, judged_so_far, summarize, worth_extending
-from exporter.loadtest.measure import SloSpec, StepRun, describe_load
+from exporter.loadtest.judge import (
+    StepSummary,
+    certainly_failing,
+    certainly_saturated,
+    judged_so_far,
+    summarize,
+    worth_extending,
+)
+from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun, describe_load
 from exporter.loadtest.model import mean_footprint_tokens
 from exporter.loadtest.search import Search, conclude, find_knee
+from exporter.loadtest.watch import SAMPLE_INTERVAL_SECONDS
 
 # How long the engine may take, after a step's last request, to run and queue no more than before the run.
 SETTLE_SECONDS = 5.0
@@ -140,7 +148,7 @@ class _Stepper:
             self.run,
             offered_rate=offered_rate,
             warmup_seconds=warmup,
-            stop_early=lambda records, oldest: certainly_failing(judged_so_far(records, oldest), slos),
+            stop_early=self._stop_early,
             keep_going=lambda records, oldest, share: worth_extending(judged_so_far(records, oldest), slos, share),
         )
         _refuse_a_dead_server(step_run)
@@ -160,6 +168,16 @@ class _Stepper:
             if unsettled is not None:
                 self.notes.append(f"after {summary.load_text}: {unsettled}")
         return summary
+
+    def _stop_early(
+        self, records: Sequence[RequestRecord], oldest_in_flight: float | None, engine: Sequence[EngineSample]
+    ) -> str | None:
+        """A step ends early when it certainly fails its SLOs; with no latency SLO to judge, also when it certainly
+        saturates the engine (with one, a saturated step may still meet it, and the SLO knee needs its verdict)."""
+        failing = certainly_failing(judged_so_far(records, oldest_in_flight), self.slos)
+        if failing is not None or self.slos.ttft_seconds is not None or self.slos.itl_seconds is not None:
+            return failing
+        return certainly_saturated(engine, round(self.settings.step_seconds / SAMPLE_INTERVAL_SECONDS))
 
     def warmup_for(self, load: float) -> float:
         """At least the configured warm-up, and at least the p99 lifetime of a request at the nearest load below,

@@ -92,14 +92,15 @@ async def watch(
     url: str,
     since: float,
     stop: asyncio.Event,
+    samples: list[EngineSample],
     *,
     interval: float = SAMPLE_INTERVAL_SECONDS,
     headers: Mapping[str, str] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Watched:
-    """Sample the engine every `interval` until `stop` is set; each sample's t is seconds since `since` (the
-    step's clock), and samples read before `since` (the warm-up) are dropped."""
-    samples: list[EngineSample] = []
+    """Sample the engine every `interval` until `stop` is set, appending to `samples` as they come (the step's
+    controller reads them while it runs); each sample's t is seconds since `since` (the step's clock), and samples
+    read before `since` (the warm-up) are dropped."""
     failures = 0
     last_error = None
     while not stop.is_set():

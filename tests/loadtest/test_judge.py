@@ -5,6 +5,8 @@ import pytest
 from exporter.loadtest.judge import (
     SequentialTest,
     certainly_failing,
+    certainly_saturated,
+    engine_signals,
     judged_so_far,
     summarize,
     wilson_interval,
@@ -164,3 +166,44 @@ def test_an_unsure_step_runs_on_only_when_the_extension_can_reach_a_pass() -> No
     assert worth_extending([record()] * 100, slos, extension_share=1.0)  # as long again gives 200
     assert not worth_extending([record()] * 40, slos, extension_share=1.0)  # 80 at best
     assert not worth_extending([record()] * 200, slos, extension_share=1.0)  # already a pass
+
+
+PLANNED = 20  # a 5 s step read at 4 Hz
+
+
+def sample(usage: float, waiting: float, preemptions: float = 0.0) -> EngineSample:
+    return EngineSample(
+        t=0.0, kv_cache_usage_ratio=usage, requests_running=4.0, requests_waiting=waiting, preemptions_total=preemptions
+    )
+
+
+def test_a_step_is_certainly_saturated_once_no_sample_to_come_can_undo_its_signals() -> None:
+    # 20 planned samples: p90 at the ceiling needs 20 - floor(0.9 x 19) = 3 full, the queue's tenth 2 waiting.
+    enough = [sample(0.97, 1)] * 2 + [sample(0.97, 0)] + [sample(0.5, 0)] * 2
+    assert certainly_saturated(enough, PLANNED) == (
+        "certainly saturated: KV cache full in 3 and requests waiting in 2 of 5 samples"
+    )
+    # The worst the rest of the step could bring (an empty cache, nothing waiting) leaves both signals standing.
+    assert {"kv_full", "queue"} <= set(engine_signals(enough + [sample(0.0, 0)] * (PLANNED - len(enough))))
+
+
+@pytest.mark.parametrize(
+    "samples",
+    [
+        [sample(0.97, 1)] * 2 + [sample(0.5, 0)] * 3,  # 2 full: the rest of the step could pull p90 under
+        [sample(0.97, 1)] + [sample(0.97, 0)] * 4,  # 1 waiting: the rest could leave it under a tenth
+        [sample(0.94, 3)] * 5,  # a queue, but the cache is not at the ceiling
+        [sample(0.97, 1)] * 4,  # too early: under a quarter of the step read
+    ],
+)
+def test_a_step_is_not_ended_while_the_rest_of_it_could_still_undo_a_signal(samples: list[EngineSample]) -> None:
+    assert certainly_saturated(samples, PLANNED) is None
+    if len(samples) >= PLANNED / 4:
+        # Exact, not merely cautious: the worst continuation does lose a signal.
+        rest = [sample(0.0, 0)] * (PLANNED - len(samples))
+        assert not {"kv_full", "queue"} <= set(engine_signals(samples + rest))
+
+
+def test_a_preemption_is_saturation_at_once() -> None:
+    samples = [sample(0.6, 0, 7.0)] * 4 + [sample(0.6, 0, 8.0)]
+    assert certainly_saturated(samples, PLANNED) == "certainly saturated: the engine preempted requests"

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from exporter.loadtest.judge import summarize
-from exporter.loadtest.measure import RequestRecord, SloSpec, StepRun
+from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun
 from exporter.loadtest.runner import (
     POLL_SECONDS,
     LoadtestError,
@@ -120,7 +120,9 @@ def test_errors_in_the_middle_of_a_run_are_recorded_as_misses() -> None:
 
 
 def test_a_certainly_failing_step_ends_early_with_the_callers_reason() -> None:
-    def stop_early(records: Sequence[RequestRecord], oldest_in_flight: float | None) -> str | None:
+    def stop_early(
+        records: Sequence[RequestRecord], oldest_in_flight: float | None, engine: Sequence[EngineSample]
+    ) -> str | None:
         return "certainly failing" if len(records) >= 3 else None
 
     async def go() -> StepRun:
@@ -134,10 +136,35 @@ def test_a_certainly_failing_step_ends_early_with_the_callers_reason() -> None:
     assert step.duration_seconds < 5
 
 
+def test_the_stop_rule_sees_the_engines_samples_while_the_step_runs() -> None:
+    seen: list[int] = []
+
+    def stop_once_the_engine_was_read_twice(
+        records: Sequence[RequestRecord], oldest_in_flight: float | None, engine: Sequence[EngineSample]
+    ) -> str | None:
+        seen.append(len(engine))
+        return "saturated" if len(engine) >= 2 else None
+
+    async def go() -> StepRun:
+        async with serving(Behaviour(itl_seconds=0.01, metrics_page=VLLM_PAGE)) as fake:
+            settings = _settings(fake.url, step_seconds=30.0, warmup_seconds=0.0)
+            async with open_run(settings) as run:
+                return await asyncio.wait_for(
+                    run_step(settings, 2, run, stop_early=stop_once_the_engine_was_read_twice), 10
+                )
+
+    step = asyncio.run(go())
+    assert step.ended_early == "saturated" and step.duration_seconds < 5
+    assert 2 <= seen[-1] <= len(step.engine)  # read while it ran, not handed over at its end
+    assert step.engine[0].kv_cache_usage_ratio is not None
+
+
 def test_a_step_ended_early_still_awaits_and_records_every_request_in_flight() -> None:
     looks: list[tuple[int, float | None]] = []
 
-    def stop_at_the_first_look(records: Sequence[RequestRecord], oldest_in_flight: float | None) -> str | None:
+    def stop_at_the_first_look(
+        records: Sequence[RequestRecord], oldest_in_flight: float | None, engine: Sequence[EngineSample]
+    ) -> str | None:
         looks.append((len(records), oldest_in_flight))
         return "certainly failing"
 
@@ -212,7 +239,9 @@ def test_workers_ramp_in_over_the_first_half_of_the_warm_up() -> None:
 def test_a_blocked_event_loop_shows_as_client_lag() -> None:
     blocked: list[bool] = []
 
-    def block_once(records: Sequence[RequestRecord], oldest_in_flight: float | None) -> None:
+    def block_once(
+        records: Sequence[RequestRecord], oldest_in_flight: float | None, engine: Sequence[EngineSample]
+    ) -> None:
         if not blocked:
             blocked.append(True)
             time.sleep(0.3)  # the load generator's loop stalls, as an overloaded client's would

@@ -84,6 +84,24 @@ def test_doubling_then_bisection_runs_only_the_answer_and_the_level_above_it_twi
     assert all(ran.count(level) <= 2 for level in ran)
 
 
+def test_the_kv_usage_measured_while_doubling_aims_the_probes_that_close_the_saturation_bracket() -> None:
+    engine, _, _ = SHAPES["kv-limited"]
+    no_slo = SloSpec(ttft_seconds=None, itl_seconds=None, objective=0.99)
+    truth = min(
+        level
+        for level in range(16, 33)
+        if summarize(simulated_step(engine, level, WORKLOAD, DURATION, warmup=WARMUP), no_slo).engine_saturated
+    )
+    found = search(engine, no_slo)
+    assert found.saturation is not None
+    assert (found.saturation.step.concurrency, found.saturation.below) == (truth, truth - 1)
+    ran = [step.concurrency for step in found.steps]
+    doubled = ran.index(MAX_CONCURRENCY) + 1
+    # Between the doubling and the confirmation (the last two): halving the bracket (16, 32) to one request would
+    # take four steps.
+    assert len(ran[doubled:-2]) <= 2, ran
+
+
 def test_a_server_that_never_fails_is_limited_by_the_maximum_concurrency_tried_last() -> None:
     engine, slos, _ = SHAPES["slo-limited"]
     found = search(engine, slos, max_concurrency=20)

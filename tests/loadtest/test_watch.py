@@ -30,7 +30,7 @@ def test_a_recorded_vllm_page_becomes_samples_at_the_sampling_interval() -> None
         async with serving(Behaviour(metrics_page=PEAK)) as fake, aiohttp.ClientSession() as session:
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
-            task = asyncio.create_task(watch(session, f"{fake.url}/metrics", loop.time(), stop, clock=loop.time))
+            task = asyncio.create_task(watch(session, f"{fake.url}/metrics", loop.time(), stop, [], clock=loop.time))
             await asyncio.sleep(2.0)
             stop.set()
             return await task
@@ -53,7 +53,7 @@ def test_samples_read_before_the_step_starts_are_dropped() -> None:
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             since = loop.time() + 1.0
-            task = asyncio.create_task(watch(session, f"{fake.url}/metrics", since, stop, clock=loop.time))
+            task = asyncio.create_task(watch(session, f"{fake.url}/metrics", since, stop, [], clock=loop.time))
             await asyncio.sleep(1.8)
             stop.set()
             return await task
@@ -70,7 +70,7 @@ def test_the_watcher_survives_the_page_going_away_and_says_so() -> None:
         async with serving(Behaviour(metrics_page=PEAK)) as fake, aiohttp.ClientSession() as session:
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
-            task = asyncio.create_task(watch(session, f"{fake.url}/metrics", loop.time(), stop, clock=loop.time))
+            task = asyncio.create_task(watch(session, f"{fake.url}/metrics", loop.time(), stop, [], clock=loop.time))
             await _wait_for(lambda: fake.observed.metrics_reads >= 2, "two reads of /metrics")
             fake.behaviour.metrics_page = None
             reads = fake.observed.metrics_reads
@@ -88,7 +88,7 @@ def test_a_metrics_page_that_never_answers_gives_no_samples_and_the_reason() -> 
     async def go() -> Watched:
         async with aiohttp.ClientSession() as session:
             stop = asyncio.Event()
-            task = asyncio.create_task(watch(session, f"http://127.0.0.1:{closed_port()}/metrics", 0.0, stop))
+            task = asyncio.create_task(watch(session, f"http://127.0.0.1:{closed_port()}/metrics", 0.0, stop, []))
             await asyncio.sleep(0.7)
             stop.set()
             return await task
