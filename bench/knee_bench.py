@@ -9,8 +9,7 @@ objective, every lower one too: measured, not judged by the search's own test.
 
 Time is counted two ways: VIRTUAL seconds of load (warm-up + measured duration of every step: what the wall time
 would be against a real server; the drain of in-flight requests after a step is left out of both) and the real
-CPU seconds this process spent simulating. Goal (issue 8): the search in at most a third of the grid's time, its
-knee within 10% of the true one.
+CPU seconds this process spent simulating.
 
 Run: .venv/bin/python bench/knee_bench.py [--max-concurrency 128] [--step-duration 30] [--warmup 5] [--json]
 """
