@@ -19,6 +19,7 @@ import yaml
 
 from exporter.capacity.architecture import ModelArchitecture, ModelConfigError, from_hf_config
 from exporter.capacity.gpus import GpuSpec
+from exporter.display import shown
 from exporter.units import format_gib, parse_size
 
 
@@ -92,6 +93,11 @@ def _closest(wanted: str, names: list[str]) -> str:
     return ", ".join(lowered[c] for c in close) if close else "none close"
 
 
+def _quoted(name: str) -> str:
+    """A name as typed, quoted in a message: escaped, and cut short (whoever typed it chose its length)."""
+    return shown(repr(name) if len(name) <= 80 else f"{name[:80]!r}...")
+
+
 def find_model_preset(name: str) -> ModelPreset:
     wanted = name.lower()
     for preset in model_presets():
@@ -99,7 +105,7 @@ def find_model_preset(name: str) -> ModelPreset:
             return preset
     names = [n for p in model_presets() for n in (p.id, p.hf_id)]
     raise CatalogError(
-        f"unknown model {name!r}: not a preset and not a file. Closest presets: {_closest(name, names)}. "
+        f"unknown model {_quoted(name)}: not a preset and not a file. Closest presets: {_closest(name, names)}. "
         "Pass a path to a Hugging Face config.json (or its directory), or download the model to the local Hugging "
         "Face cache (HF_HUB_CACHE, HF_HOME), for any other model; "
         "`plimsoll plan --list-models` lists the presets."
@@ -122,18 +128,23 @@ _MAX_REF_BYTES = 256
 _SNAPSHOT_NAME = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]*")  # one folder name: no "..", no separator
 
 
+def _named(path: Path) -> str:
+    """A path as messages name it: typed by whoever ran the command, so escaped like any text from outside."""
+    return shown(str(path))
+
+
 def _read_bounded(path: Path, limit: int, what: str) -> str:
     try:
         with path.open("rb") as stream:
             data = stream.read(limit + 1)
     except OSError as error:
-        raise CatalogError(f"{path}: cannot read the {what} ({error.strerror})") from None
+        raise CatalogError(f"{_named(path)}: cannot read the {what} ({error.strerror})") from None
     if len(data) > limit:
-        raise CatalogError(f"{path}: over {limit:,} bytes, too large for a {what} (is this the right file?)")
+        raise CatalogError(f"{_named(path)}: over {limit:,} bytes, too large for a {what} (is this the right file?)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise CatalogError(f"{path}: not UTF-8 text (byte {error.start}), so not a {what}") from None
+        raise CatalogError(f"{_named(path)}: not UTF-8 text (byte {error.start}), so not a {what}") from None
 
 
 def _snapshot_named_by(main: Path) -> str:
@@ -141,8 +152,8 @@ def _snapshot_named_by(main: Path) -> str:
     ref = _read_bounded(main, _MAX_REF_BYTES, "Hugging Face ref").strip()
     if not _SNAPSHOT_NAME.fullmatch(ref):
         raise CatalogError(
-            f"{main}: {ref[:80]!r} is not a snapshot name (a commit hash): delete the file, or download the model "
-            "again, to repair the cache"
+            f"{_named(main)}: {ref[:80]!r} is not a snapshot name (a commit hash): delete the file, or download the "
+            "model again, to repair the cache"
         )
     return ref
 
@@ -161,13 +172,18 @@ def cached_config(repo_id: str, cache: Path) -> Path | None:
         return None
 
 
+# huggingface_hub's validate_repo_id allows a name of 96 characters; with an owner as long, a longer declared name
+# is no repository id, and would fill every line that shows it.
+_LONGEST_REPOSITORY_ID = 96 + 1 + 96
+
+
 def _shown_name(config: dict[str, Any], path: Path) -> str:
     """The model as people name it: a repository id, never a cache folder or a snapshot hash."""
     for parent in path.parents:
         if parent.name.startswith("models--") and parent.name.count("--") >= 2:
             return parent.name.removeprefix("models--").replace("--", "/", 1)
     declared = str(config.get("_name_or_path") or "")
-    if declared and not declared.startswith(("/", ".", "~")):
+    if declared and len(declared) <= _LONGEST_REPOSITORY_ID and not declared.startswith(("/", ".", "~")):
         return declared
     return path.parent.name
 
@@ -177,11 +193,11 @@ def _read_config(path: Path) -> dict[str, Any]:
     try:
         config = json.loads(text)
     except ValueError as error:  # not JSON, or an integer of more digits than Python converts
-        raise CatalogError(f"{path}: not a readable JSON file ({error})") from None
+        raise CatalogError(f"{_named(path)}: not a readable JSON file ({error})") from None
     except RecursionError:
-        raise CatalogError(f"{path}: not a usable JSON file (nested too deeply)") from None
+        raise CatalogError(f"{_named(path)}: not a usable JSON file (nested too deeply)") from None
     if not isinstance(config, dict):
-        raise CatalogError(f"{path}: expected a JSON object (a Hugging Face config.json)")
+        raise CatalogError(f"{_named(path)}: expected a JSON object (a Hugging Face config.json)")
     return config
 
 
@@ -192,7 +208,7 @@ def _config_file(spec: str) -> Path | None:
         if path.is_dir():
             path = path / "config.json"
             if not path.is_file():
-                raise CatalogError(f"{spec}: directory has no config.json")
+                raise CatalogError(f"{shown(spec)}: directory has no config.json")
         return path if path.is_file() else None
     except (OSError, RuntimeError):  # a name too long for a path, or ~user of no such user: not a file
         return None
@@ -204,7 +220,7 @@ def load_model(spec: str) -> ModelArchitecture:
     path = _config_file(spec)
     if path is not None:
         config = _read_config(path)
-        return from_hf_config(config, source=str(path), name=_shown_name(config, path))
+        return from_hf_config(config, source=_named(path), name=_shown_name(config, path))
     try:
         preset = find_model_preset(spec)
     except CatalogError:
@@ -212,7 +228,7 @@ def load_model(spec: str) -> ModelArchitecture:
         if cached is None:
             raise
         config = _read_config(cached)
-        return from_hf_config(config, source=str(cached), name=spec)
+        return from_hf_config(config, source=_named(cached), name=spec)
     return from_hf_config(preset.config, source=f"preset {preset.id}", name=preset.hf_id)
 
 
@@ -223,10 +239,10 @@ def find_gpu(name: str) -> GpuSpec:
     variants = [gpu for gpu in gpu_presets() if gpu.is_variant_of(name)]
     if len(variants) > 1:
         listed = " or ".join(f"{gpu.name} ({format_gib(gpu.memory_bytes)})" for gpu in variants)
-        raise CatalogError(f"GPU {name!r} is ambiguous: {listed}. Name one with --gpu.")
+        raise CatalogError(f"GPU {_quoted(name)} is ambiguous: {listed}. Name one with --gpu.")
     names = [n for g in gpu_presets() for n in (g.name, *g.aliases)]
     raise CatalogError(
-        f"unknown GPU {name!r}. Closest presets: {_closest(name, names)}. "
+        f"unknown GPU {_quoted(name)}. Closest presets: {_closest(name, names)}. "
         "Give the memory instead with --gpu-memory (e.g. 79.1GiB, as torch.cuda.mem_get_info reports it)."
     )
 

@@ -64,9 +64,9 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         help="the daemon: poll NVML and engines, serve headroom on /metrics",
         formatter_class=Formatter,
         description="Without --config or --target, scans this host's usual engine ports (8000, 30000, 8002, 8080, "
-        "23333). SIGHUP rebuilds the config from the file, the flags and their environment twins (a bad one is "
-        "rejected and the running one kept; listen, nvml, web_config and request_header_timeout take a restart); "
-        "SIGTERM drains and exits.",
+        "23333). SIGHUP rebuilds the config from the file, the flags and their environment twins, and re-reads the "
+        "web config (a bad file is rejected and the running one kept; listen, nvml, the web_config path, the web "
+        "config's tls_server_config and request_header_timeout take a restart); SIGTERM drains and exits.",
     )
     env_twin(p, "--config", "PLIMSOLL_CONFIG", help="YAML config file")
     env_twin(p, "--listen", "PLIMSOLL_LISTEN", help=f"host:port to serve on (config: listen; default {DEFAULT_LISTEN})")
@@ -244,12 +244,22 @@ def _flag_targets(values: Sequence[str] | None) -> list[str]:
     return [u.strip() for entry in values or [] for u in entry.split(",") if u.strip()]
 
 
+def _checked_config(path: str) -> ConfigReport:
+    """The config file's report; a path that is not a regular file is refused before it is opened: opening a FIFO
+    waits for a writer forever, and a device may never end."""
+    try:
+        readable_file(Path("."), "the config")(path)
+    except ValueError as error:
+        raise ConfigError([str(error)]) from None
+    return check_config_file(path)
+
+
 def run_config(args: argparse.Namespace) -> Config:
     """The running config: the file (without one, a scan of this host's usual ports) with the flags and their
     environment twins on top, each flag checked by the config's own validator. Built the same way at start and on
     every reload, so a reload keeps what the flags said. Every problem, in the file and in the flags, is raised at
     once."""
-    report = check_config_file(args.config) if args.config else ConfigReport(Config(scan_local_ports=True), ())
+    report = _checked_config(args.config) if args.config else ConfigReport(Config(scan_local_ports=True), ())
     config, problems = report.config, list(report.problems)
     changes: dict[str, Any] = {}
 
@@ -330,7 +340,7 @@ def _web_config_problems(config: Config) -> list[str]:
 
 def _check_config(args: argparse.Namespace) -> int:
     """Every problem in one run: the file's, then what the capacity model says about each target."""
-    report = check_config_file(args.config)
+    report = _checked_config(args.config)
     problems = [*report.problems, *_model_problems(report.config), *_web_config_problems(report.config)]
     if problems:
         raise ConfigError(problems)

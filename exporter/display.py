@@ -9,9 +9,10 @@ server sent.
 
 from rich.text import Text
 
-# C0 controls (newline and tab included: every field shown is one line), DEL, C1 controls, and the Unicode
-# bidirectional embeddings, overrides and isolates.
-_UNSAFE = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+# C0 controls (newline and tab included: every field shown is one line), DEL, C1 controls (NEL among them), the
+# Unicode line and paragraph separators (line breaks to YAML 1.1 and many terminals), and the bidirectional
+# embeddings, overrides and isolates.
+_UNSAFE = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *range(0x2028, 0x202F), *range(0x2066, 0x206A)]
 _ESCAPES = {code: repr(chr(code))[1:-1] for code in _UNSAFE}
 
 

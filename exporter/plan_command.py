@@ -12,8 +12,12 @@ from exporter.cli_args import Formatter, positive_int
 from exporter.config import load_config
 from exporter.config.pricing import validate_gpu_hour_prices
 from exporter.cost import GpuHourPrices, gpu_hour_price
-from exporter.plan_flags import add_deployment_flags, deployment_from_args, gpu_for
+from exporter.plan_flags import add_deployment_flags, at_most, deployment_from_args, gpu_for, tokens_arg
 from exporter.plan_output import fleet_table, plan_table
+
+# Requests in flight across the whole fleet: far past any real service's (a few thousand per replica), so that a
+# slip is refused with the range rather than answered with billions of GPUs.
+MAX_CONCURRENCY = 10_000_000
 
 
 def add_plan(commands: argparse._SubParsersAction) -> None:
@@ -29,10 +33,14 @@ def add_plan(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--list-gpus", action="store_true", help="list the GPU presets and exit")
     p.add_argument("--gpu", help="GPU preset (default H100-80GB), or 'any' with --concurrency to rank them")
     add_deployment_flags(p)
-    p.add_argument("--concurrency", type=positive_int, help="inverse planning: requests in flight to hold")
-    p.add_argument("--prompt-tokens", type=positive_int, help="with --concurrency: prompt tokens per request")
-    p.add_argument("--output-tokens", type=positive_int, help="with --concurrency: output tokens per request")
-    p.add_argument("--context", type=positive_int, help="with --concurrency: total tokens per request")
+    p.add_argument(
+        "--concurrency",
+        type=at_most(positive_int, MAX_CONCURRENCY),
+        help="inverse planning: requests in flight to hold",
+    )
+    p.add_argument("--prompt-tokens", type=tokens_arg, help="with --concurrency: prompt tokens per request")
+    p.add_argument("--output-tokens", type=tokens_arg, help="with --concurrency: output tokens per request")
+    p.add_argument("--context", type=tokens_arg, help="with --concurrency: total tokens per request")
     p.add_argument("--config", help="with --concurrency: a Plimsoll config whose pricing.gpu_hour ranks by cost")
     p.add_argument(
         "--gpu-hour-price",

@@ -5,12 +5,15 @@ Every flag also answers to vLLM's and SGLang's spelling of it (`--tensor-paralle
 """
 
 import argparse
+import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn
 
+from exporter import display
 from exporter.capacity import quantization
+from exporter.capacity.architecture import MAX_POSITIONS
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.plan import Deployment, PlanError
 from exporter.catalog import find_gpu
@@ -31,37 +34,75 @@ _DEFAULT_ENGINE = "vllm"
 _ALIASES = {s.flag: s.spellings() for s in SETTINGS}
 
 
+# Upper bounds of the flags, each far past any real deployment's (in brackets), so that a slip or a hostile value is
+# refused with the range instead of planned into a figure nobody could use.
+_MAX_GPU_TIB = 4  # (288 GB on the largest GPUs)
+_MAX_GPU_MEMORY = _MAX_GPU_TIB * 1024**4
+_MAX_PARALLEL = 1024  # per parallel dimension (TP 8 or 16; DP a few hundred in wide expert parallelism)
+_MAX_SEQUENCES = 1_048_576  # requests one engine batches (vLLM's defaults are 256 and 1024)
+_MAX_TOKENS = MAX_POSITIONS  # context lengths, batched tokens and block sizes: no model is longer
+
+
+def at_most(convert: Callable[[str], int | None], most: int, accepted: str = "") -> Callable[[str], int | None]:
+    """`convert` (an argparse type), refusing a value above `most` with the range it accepts ("1 to `most`" unless
+    `accepted` words it); "auto" (None) passes."""
+    accepted = accepted or f"1 to {most:,}"
+
+    @functools.wraps(convert)  # argparse names the type in its message for a value it cannot read
+    def bounded(text: str) -> int | None:
+        refusal = argparse.ArgumentTypeError(f"{display.shown(text)} is out of range: Plimsoll accepts {accepted}")
+        try:
+            value = convert(text)
+        except OverflowError:  # "999...9.5K": more digits than a float holds, so above any bound
+            raise refusal from None
+        if value is not None and value > most:
+            raise refusal
+        return value
+
+    return bounded
+
+
+tokens_arg = at_most(positive_int, _MAX_TOKENS)
+_parallel_arg = at_most(positive_int, _MAX_PARALLEL)
+_gpu_memory_arg = at_most(gpu_memory_arg, _MAX_GPU_MEMORY, f"1 GiB to {_MAX_GPU_TIB} TiB (e.g. 80GiB)")
+_pool_size_arg = at_most(memory_size_arg, _MAX_GPU_MEMORY, f"up to {_MAX_GPU_TIB} TiB, one GPU's memory at most")
+
+
 def _deployment_arguments(p: argparse._ActionsContainer) -> None:
     def add(flag: str, **kwargs: Any) -> None:
         p.add_argument(flag, *_ALIASES.get(flag, ()), **kwargs)
 
-    add("--gpu-memory", type=gpu_memory_arg, help="GPU memory instead of, or for, a preset (80GiB, 79.19GiB, 80Gi)")
-    add("--tp", type=positive_int, help="tensor-parallel size (default 1)")
-    add("--pp", type=positive_int, help="pipeline-parallel size (default 1)")
-    add("--dp", type=positive_int, help="data-parallel size: engines per replica (default 1)")
+    add("--gpu-memory", type=_gpu_memory_arg, help="GPU memory instead of, or for, a preset (80GiB, 79.19GiB, 80Gi)")
+    add("--tp", type=_parallel_arg, help="tensor-parallel size (default 1)")
+    add("--pp", type=_parallel_arg, help="pipeline-parallel size (default 1)")
+    add("--dp", type=_parallel_arg, help="data-parallel size: engines per replica (default 1)")
     add("--enable-expert-parallel", action="store_true", help="MoE experts split over DP x TP GPUs")
-    add("--ep-size", type=positive_int, help="SGLang's expert-parallel size: above 1, as --enable-expert-parallel")
+    add("--ep-size", type=_parallel_arg, help="SGLang's expert-parallel size: above 1, as --enable-expert-parallel")
     add("--engine", choices=["vllm", "sglang"], help=f"default {_DEFAULT_ENGINE}")
     add(
         "--gpu-memory-utilization",
         type=ratio_arg,
         help="vLLM's gpu_memory_utilization or SGLang's mem_fraction_static (default: the engine's)",
     )
-    add("--max-model-len", type=context_length_arg, help="context length, e.g. 32768 or 32K (default: the model's)")
-    add("--max-num-batched-tokens", type=engine_int, help="default: vLLM's for this GPU")
-    add("--max-num-seqs", type=positive_int, help="default: vLLM's for this GPU")
+    add(
+        "--max-model-len",
+        type=at_most(context_length_arg, _MAX_TOKENS, f"1 to {_MAX_TOKENS:,}, or auto"),
+        help="context length, e.g. 32768 or 32K (default: the model's)",
+    )
+    add("--max-num-batched-tokens", type=at_most(engine_int, _MAX_TOKENS), help="default: vLLM's for this GPU")
+    add("--max-num-seqs", type=at_most(positive_int, _MAX_SEQUENCES), help="default: vLLM's for this GPU")
     add("--dtype", help="weights dtype: auto, bfloat16, float16, float32 (default auto)")
     add("--kv-cache-dtype", help="auto (the weights' dtype) or fp8 (default auto)")
-    add("--block-size", type=positive_int, help="KV block size in tokens (default: vLLM's)")
+    add("--block-size", type=tokens_arg, help="KV block size in tokens (default: vLLM's)")
     add(
         "--kv-cache-memory",
-        type=memory_size_arg,
+        type=_pool_size_arg,
         help="KV pool size per GPU (8GiB, 8Gi, 8GB), as vLLM's flag: skips profiling",
     )
     add(
         "--kv-cache-memory-bytes",
         dest="kv_cache_memory",
-        type=engine_int,
+        type=at_most(engine_int, _MAX_GPU_MEMORY, f"up to {_MAX_GPU_TIB}T ({_MAX_GPU_TIB} TiB)"),
         help="vLLM's own flag, in vLLM's units (8G = 8 GiB, 8g = 8e9): the same as --kv-cache-memory",
     )
     add("--quantization", help="online quantization of a 16-bit checkpoint: fp8 or bitsandbytes")
@@ -127,11 +168,11 @@ class _FromEngineCommandLine(argparse.Action):
             command = parse_engine_command_line(str(values))
             settings = _read_engine_flags(command)
         except (ValueError, argparse.ArgumentTypeError) as error:
-            parser.error(f"--from: {error}")
+            parser.error(display.shown(f"--from: {error}"))
         for dest, (value, shown) in settings.items():
             current = getattr(namespace, dest, None)
             if current not in (None, False) and current != value:
-                parser.error(_conflict(dest, current, shown))
+                parser.error(display.shown(_conflict(dest, current, shown)))
             setattr(namespace, dest, value)
         setattr(namespace, self.dest, settings)
         if command.ignored:
@@ -158,7 +199,7 @@ def _check_agrees_with_engine_command_line(args: argparse.Namespace) -> None:
     for dest, (value, shown) in (getattr(args, "engine_command_line", None) or {}).items():
         current = getattr(args, dest, None)
         if current != value:
-            raise PlanError(_conflict(dest, current, shown))
+            raise PlanError(display.shown(_conflict(dest, current, shown)))
 
 
 DEFAULT_GPU = "H100-80GB"

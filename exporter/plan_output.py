@@ -4,6 +4,7 @@ from exporter.capacity.candidates import GPUS_PER_NODE
 from exporter.capacity.fleet import FleetOption
 from exporter.capacity.plan import CapacityPlan
 from exporter.capacity.uncertainty import kv_cache_tokens_range
+from exporter.display import shown
 from exporter.units import GIB
 
 
@@ -24,7 +25,7 @@ def _layout(result: CapacityPlan) -> str:
 def plan_table(result: CapacityPlan) -> str:
     d = result.deployment
     head = [
-        f"model   {result.model}",
+        f"model   {shown(result.model)}",
         f"gpu     {result.gpu} x {result.num_gpus} ({_layout(result)}), engine {d.engine}",
         f"flags   max_model_len {d.max_model_len}, max_num_batched_tokens {d.max_num_batched_tokens}, "
         f"max_num_seqs {d.max_num_seqs}, block_size {d.block_size}, kv_cache_dtype {d.kv_cache_dtype}",

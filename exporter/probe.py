@@ -1,12 +1,14 @@
 """`plimsoll probe`: one engine endpoint or saved page, as Plimsoll sees it."""
 
+import os
+import stat
 import sys
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from exporter.daemon import fetch
+from exporter.display import shown
 from exporter.sources.engines import detect, read_page
 from exporter.sources.promtext import parse
 from exporter.views import reading_dict
@@ -21,17 +23,42 @@ _HEADLINE = (
 )
 
 
+def _too_large(source: str) -> str:
+    return f"{source} is over {MAX_PAGE_BYTES:,} bytes, more than any engine's page"
+
+
+def _bounded(data: bytes, source: str) -> tuple[str | None, str | None]:
+    if len(data) > MAX_PAGE_BYTES:
+        return None, _too_large(source)
+    return data.decode("utf-8", errors="replace"), None
+
+
+def _read_file(source: str) -> tuple[str | None, str | None]:
+    """A saved page, read to the cap. Opened without waiting (a FIFO with no writer would block the open) and
+    refused unless it is a regular file: a device or a pipe may never end."""
+    try:
+        descriptor = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        return None, f"cannot read {source}: {error.strerror}"
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None, f"cannot read {source}: not a regular file (save the page to a file, or give - for stdin)"
+        try:
+            return _bounded(handle.read(MAX_PAGE_BYTES + 1), source)
+        except OSError as error:
+            return None, f"cannot read {source}: {error.strerror}"
+
+
 async def _text(source: str, timeout: float) -> tuple[str | None, str | None]:
     if source == "-":
-        return sys.stdin.read(), None
+        return _bounded(sys.stdin.buffer.read(MAX_PAGE_BYTES + 1), "stdin")
     if source.startswith(("http://", "https://")):
         async with aiohttp.ClientSession() as session:
             fetched = await fetch(session, source, timeout, MAX_PAGE_BYTES)
-        return fetched.text, fetched.failure
-    try:
-        return Path(source).read_text(errors="replace"), None
-    except OSError as error:
-        return None, f"cannot read {source}: {error.strerror}"
+        if fetched.failure == "too_large":  # the daemon's words name its own setting, which probe does not read
+            return None, _too_large(source)
+        return fetched.text, fetched.detail or fetched.failure
+    return _read_file(source)
 
 
 async def probe(source: str, engine: str, timeout: float) -> dict[str, Any]:
@@ -70,4 +97,5 @@ def probe_table(result: dict[str, Any]) -> str:
         for key, value in reading.items():
             if key not in ("engine", "dp_rank", "model"):
                 lines.append(f"  {key:<26} {'-' if value is None else value}")
-    return "\n".join(lines)
+    # Every line may hold the page's words (labels, metric names, the error) or the source's name.
+    return "\n".join(shown(line) for line in lines)

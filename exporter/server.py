@@ -5,7 +5,7 @@ The poll loop is a background task owned by the app's cleanup_ctx: started when 
 awaited when it stops, so SIGTERM drains cleanly. Every page is rendered once per snapshot and served as bytes; a
 cap on requests in flight answers 503 past it; a client must send its request headers within
 request_header_timeout; TLS and basic auth come from an exporter-toolkit web config (exporter/web_config.py).
-SIGHUP rebuilds the config in a worker thread and hands it to the daemon.
+SIGHUP rebuilds the config and re-reads the web config in a worker thread and hands them to the daemon and the port.
 """
 
 import asyncio
@@ -14,6 +14,7 @@ import errno
 import gzip
 import json
 import logging
+import math
 import signal
 import socket
 import ssl
@@ -33,7 +34,7 @@ from exporter.daemon import Daemon
 from exporter.snapshot import Snapshot
 from exporter.sources.nvml import NvmlReader
 from exporter.views import state_dict, status_page
-from exporter.web_config import BasicAuthCheck, WebConfig, load_web_config
+from exporter.web_config import BasicAuth, WebConfig, load_web_config
 
 log = logging.getLogger("plimsoll.server")
 
@@ -147,16 +148,37 @@ async def _send(request: web.Request, response: web.StreamResponse) -> None:
         pass
 
 
-def _basic_auth(check: BasicAuthCheck) -> Middleware:
+class WebSecurity:
+    """The web config's basic auth and response headers as they apply now: a reload swaps in the re-read file's.
+    Its TLS context is the one the port was opened with."""
+
+    def __init__(self, web_config: WebConfig):
+        self.web_config = web_config
+        self.auth = BasicAuth(web_config.users)
+
+    def use(self, web_config: WebConfig) -> None:
+        self.web_config = web_config
+        self.auth.use(web_config.users)
+
     @web.middleware
-    async def require_credentials(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in PROBES or await check.allows(request.headers.get("Authorization")):
+    async def require_credentials(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in PROBES or not self.web_config.users:
             return await handler(request)
+        verdict = await self.auth.check(request.headers.get("Authorization"), request.remote or "")
+        if verdict.allowed:
+            return await handler(request)
+        if verdict.retry_after is not None:
+            text = "too many failed logins from this address, or too many at once; retry later\n"
+            return web.Response(status=429, text=text, headers={"Retry-After": str(math.ceil(verdict.retry_after))})
         return web.Response(
             status=401, text="401 Unauthorized\n", headers={"WWW-Authenticate": 'Basic realm="plimsoll"'}
         )
 
-    return require_credentials
+    async def add_headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        response.headers.update(self.web_config.headers)
+
+    async def close(self, app: web.Application) -> None:
+        self.auth.close()
 
 
 class HeaderDeadline:
@@ -194,6 +216,7 @@ class HeaderDeadline:
 
 
 HEADER_DEADLINE = web.AppKey("header_deadline", HeaderDeadline)
+WEB_SECURITY = web.AppKey("web_security", WebSecurity)
 
 
 async def _poll_loop(app: web.Application) -> AsyncIterator[None]:
@@ -223,18 +246,18 @@ def build_app(daemon: Daemon, web_config: WebConfig | None = None) -> web.Applic
         deadline.middleware,
         RequestCap(lambda: daemon.config.max_concurrent_requests).middleware,
     ]
-    if web_config is not None and web_config.users:
-        middlewares.append(_basic_auth(BasicAuthCheck(web_config.users)))
+    # Installed whenever a web config is given, with users or not: a reload may add them.
+    security = WebSecurity(web_config) if web_config is not None else None
+    if security is not None:
+        middlewares.append(security.require_credentials)
     app = web.Application(middlewares=middlewares)
     app[DAEMON] = daemon
     app[HEADER_DEADLINE] = deadline
-    if web_config is not None and web_config.headers:
-        headers = dict(web_config.headers)
-
-        async def add_headers(request: web.Request, response: web.StreamResponse) -> None:
-            response.headers.update(headers)
-
-        app.on_response_prepare.append(add_headers)
+    if security is not None:
+        app[WEB_SECURITY] = security
+        app.on_response_prepare.append(security.add_headers)
+        # On shutdown, before aiohttp waits for the handlers: those waiting for a bcrypt check are let go at once.
+        app.on_shutdown.append(security.close)
     pages = Pages(registry, daemon)
     app.router.add_get("/metrics", pages.metrics)
     app.router.add_get("/healthz", _healthz)
@@ -246,32 +269,40 @@ def build_app(daemon: Daemon, web_config: WebConfig | None = None) -> web.Applic
 
 
 class Reloader:
-    """SIGHUP: rebuild the config (file, flags and environment) in a worker thread, so reading and validating never
-    stall the event loop, and hand it to the daemon. A bad file is logged and the running config stays. A SIGHUP
-    during a reload runs one more reload after it (never two at once), so the last edit is the one applied."""
+    """SIGHUP: rebuild the config (file, flags and environment) and re-read the web config, each in a worker thread
+    so reading and validating never stall the event loop, and hand them to the daemon and the port. A bad file is
+    logged as rejected and the running one stays; each log line says which file was applied or not. A SIGHUP during
+    a reload runs one more reload after it (never two at once), so the last edit is the one applied."""
 
-    def __init__(self, daemon: Daemon, reload: Callable[[], Config] | None):
+    def __init__(self, daemon: Daemon, reload: Callable[[], Config] | None, security: WebSecurity | None):
         self._daemon = daemon
         self._reload = reload
+        self._security = security
         self._task: asyncio.Task[None] | None = None
         self._again = False
 
     def on_sighup(self) -> None:
-        if self._reload is None:
-            log.info("SIGHUP: no --config to reload")
+        if self._reload is None and self._security is None:
+            log.info("SIGHUP: no --config or --web-config to reload")
         elif self._task is not None and not self._task.done():
             self._again = True
             log.info("SIGHUP during a reload: reloading again once it is done")
         else:
-            self._task = asyncio.create_task(self._run(self._reload), name="plimsoll-reload")
+            self._task = asyncio.create_task(self._run(), name="plimsoll-reload")
 
-    async def _run(self, reload: Callable[[], Config]) -> None:
-        await self._reload_once(reload)
+    async def _run(self) -> None:
+        await self._reload_once()
         while self._again:
             self._again = False
-            await self._reload_once(reload)
+            await self._reload_once()
 
-    async def _reload_once(self, reload: Callable[[], Config]) -> None:
+    async def _reload_once(self) -> None:
+        if self._reload is not None:
+            await self._reload_config(self._reload)
+        if self._security is not None:
+            await self._reload_web_config(self._security)
+
+    async def _reload_config(self, reload: Callable[[], Config]) -> None:
         try:
             new = await asyncio.to_thread(reload)
         except ConfigError as error:
@@ -284,6 +315,25 @@ class Reloader:
         if pending:
             log.warning("config reloaded; changes to %s take effect only after a restart", ", ".join(pending))
         self._daemon.apply(new)
+
+    async def _reload_web_config(self, security: WebSecurity) -> None:
+        """The file the port was opened with, re-read (a changed web_config path takes a restart)."""
+        path = security.web_config.source
+        try:
+            new = await asyncio.to_thread(load_web_config, path)
+        except ConfigError as error:
+            log.error("web config reload rejected, keeping the running web config:\n%s", error)
+            return
+        except Exception as error:  # as for the config: the port keeps its web config and serves on
+            log.error("web config reload failed, keeping the running one: %s: %s", type(error).__name__, error)
+            return
+        # The port keeps the TLS context it was opened with.
+        tls = new.tls is not None or security.web_config.tls is not None
+        security.use(new)
+        tls_note = "; its tls_server_config takes effect only after a restart" if tls else ""
+        log.info(
+            "web config %s applied: %d basic auth users, %d headers%s", path, len(new.users), len(new.headers), tls_note
+        )
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -383,13 +433,13 @@ async def _serve(
     nvml: NvmlReader | None,
 ) -> None:
     daemon = Daemon(config, nvml=nvml)
-    reloader = Reloader(daemon, reload)
+    app = build_app(daemon, web_config)
+    reloader = Reloader(daemon, reload, app.get(WEB_SECURITY))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reloader.on_sighup)
-    app = build_app(daemon, web_config)
     runner = web.AppRunner(
         app,
         access_log=None,  # Prometheus scrapes every few seconds and each line would say the same thing

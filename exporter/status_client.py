@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import base64
 import json
+import math
 import os
 import ssl
 import sys
@@ -26,11 +27,16 @@ from rich.table import Table
 from rich.text import Text
 
 from exporter import daemon, status_format
+from exporter.display import plain, shown
 from exporter.status_command import DEFAULT_URL, PASSWORD_ENV
 
 STATE_PATH = "/api/v1/state"
-# A daemon's state is kilobytes per target; a reply past this is not one.
-MAX_STATE_BYTES = 64 * 1024 * 1024
+# A daemon's state is a few kilobytes an engine instance (under 3 MB for MAX_ROWS of them): past this, not one.
+MAX_STATE_BYTES = 4 * 1024 * 1024
+# What a terminal can lay out in a second or two (rich takes about a millisecond a row).
+MAX_ROWS = 1_000
+MAX_CELL_CHARS = 200  # 1,000 rows of 4 kB errors were 17 MB of wrapped text
+MAX_HISTORY_POINTS = 1_000  # a daemon keeps daemon.HISTORY_POINTS (60) an instance
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_POINTS = 20
 LEVEL_STYLES = {"at": "bold red", "near": "bold yellow", "ok": "", "none": "dim italic"}
@@ -62,69 +68,172 @@ def state_url(url: str) -> str:
     return base if base.endswith(STATE_PATH) else base + STATE_PATH
 
 
+class _TooManyRows(Exception):
+    """A state with more rows than `plimsoll status` lays out; the message says how many and where to see them."""
+
+
 class _Malformed(Exception):
     """Where the document departs from a state's shape: "targets[0].up is not true or false"."""
 
 
-_NUMBER = (int, float)
 _TEXT_OR_NULL = (str, type(None))
+# The values each instance row shows. One that is null, "+Inf" or "-Inf" (the daemon writes JSON's missing
+# infinities so), or a number past any an engine reports (status_format.MAX_SHOWN), shows as missing.
+_INSTANCE_VALUES = (
+    "kv_cache_usage_ratio",
+    "kv_cache_headroom_tokens",
+    "headroom_requests_p95",
+    "requests_running",
+    "requests_waiting",
+    "preemptions_total",
+    "saturation_eta_seconds",
+    "model_capacity_error_ratio",
+)
+_INFINITIES = ("+Inf", "-Inf")
+MAX_UNIX_SECONDS = 253_402_300_799  # 9999-12-31 23:59:59 UTC, the last second a datetime can show
+MAX_BYTES = 2**60  # an exbibyte: far past any GPU's memory
+MAX_ID = 2**32  # a GPU index or a process id
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
 
 
 def _field(mapping: Any, key: str, kinds: tuple[type, ...], what: str, where: str) -> Any:
     if not isinstance(mapping, dict):
         raise _Malformed(f"{where or 'the document'} is not an object")
-    value = mapping.get(key)
-    if not isinstance(value, kinds):
-        raise _Malformed(f"{where + '.' if where else ''}{key} is not {what}")
+    if key not in mapping:
+        raise _Malformed(f"{_at(where, key)} is missing")
+    value = mapping[key]
+    # JSON's true is an int to Python; it is a number only where the field is true or false.
+    if not isinstance(value, kinds) or isinstance(value, bool) is not (bool in kinds):
+        raise _Malformed(f"{_at(where, key)} is not {what}")
     return value
+
+
+def _number(mapping: Any, key: str, low: float, high: float, what: str, where: str) -> None:
+    value = _field(mapping, key, (int, float), what, where)
+    if not low <= value <= high:
+        raise _Malformed(f"{_at(where, key)} is not {what}")
+
+
+def _id(mapping: Any, key: str, what: str, where: str) -> None:
+    """A GPU index or a process id: text, or a whole number in range."""
+    value = _field(mapping, key, (str, int), what, where)
+    if isinstance(value, int) and not 0 <= value < MAX_ID:
+        raise _Malformed(f"{_at(where, key)} is not {what}")
 
 
 def _list(mapping: Any, key: str, where: str) -> list[Any]:
     return _field(mapping, key, (list,), "a list", where)
 
 
+def _rows(rows: int) -> int:
+    """`rows`, counted before the items that make them are looked at, unless there are more than a terminal shows."""
+    if rows > MAX_ROWS:
+        raise _TooManyRows(
+            f"more than the {MAX_ROWS:,} rows `plimsoll status` shows (engine instances, GPUs and their processes);"
+            " the daemon's status page shows them all"
+        )
+    return rows
+
+
+def _in_range(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= status_format.MAX_SHOWN
+
+
+def _check_history(instance: dict[str, Any], where: str) -> None:
+    if "kv_usage_history" not in instance:
+        return
+    points = _list(instance, "kv_usage_history", where)
+    if len(points) > MAX_HISTORY_POINTS:
+        raise _Malformed(f"{where}.kv_usage_history has more than {MAX_HISTORY_POINTS:,} points")
+    for n, point in enumerate(points):
+        pair = isinstance(point, list) and len(point) == 2
+        if not (pair and all(_in_range(x) for x in point)):
+            raise _Malformed(f"{where}.kv_usage_history[{n}] is not a [time, ratio] pair")
+
+
 def _check_instance(instance: Any, where: str) -> None:
     for key in ("engine", "dp_rank"):
         _field(instance, key, (str,), "text", where)
     _field(instance, "model", _TEXT_OR_NULL, "text or null", where)
-    eta = instance.get("saturation_eta_seconds")
-    if not (eta is None or eta in ("+Inf", "-Inf") or (isinstance(eta, _NUMBER) and not isinstance(eta, bool))):
-        raise _Malformed(f'{where}.saturation_eta_seconds is not seconds, "+Inf" or null')
+    for key in _INSTANCE_VALUES:
+        value = _field(instance, key, (int, float, str, type(None)), "a number or null", where)
+        if isinstance(value, str) and value not in _INFINITIES:
+            raise _Malformed(f'{where}.{key} is not a number, "+Inf", "-Inf" or null')
     reasons = instance.get("reasons", {})
     if not isinstance(reasons, dict) or not all(isinstance(v, str) for v in reasons.values()):
         raise _Malformed(f"{where}.reasons is not an object of text")
-    for n, point in enumerate(instance.get("kv_usage_history", ())):
-        if not (isinstance(point, list) and len(point) == 2 and all(isinstance(x, _NUMBER) for x in point)):
-            raise _Malformed(f"{where}.kv_usage_history[{n}] is not a [time, ratio] pair")
+    _check_history(instance, where)
+
+
+def _check_target(target: Any, where: str, rows: int) -> int:
+    """`rows` (one counted for every target already) plus the target's further engine instances: one row each."""
+    _field(target, "target", (str,), "text", where)
+    _field(target, "up", (bool,), "true or false", where)
+    for key in ("engine", "last_failure", "last_error"):
+        _field(target, key, _TEXT_OR_NULL, "text or null", where)
+    instances = _list(target, "instances", where)
+    rows = _rows(rows + max(len(instances), 1) - 1)
+    for i, instance in enumerate(instances):
+        _check_instance(instance, f"{where}.instances[{i}]")
+    return rows
+
+
+def _check_gpu(gpu: Any, where: str, rows: int) -> int:
+    """`rows` (the GPU's own counted already) plus one per process on the GPU."""
+    _id(gpu, "gpu", "a GPU index", where)
+    _field(gpu, "name", (str,), "text", where)
+    for key in ("used_bytes", "total_bytes"):
+        _number(gpu, key, 0, MAX_BYTES, f"a number of bytes up to {MAX_BYTES:,}", where)
+    _field(gpu, "unexplained_bytes", (int, float, str, type(None)), "a number or null", where)
+    processes = _list(gpu, "processes", where)
+    rows = _rows(rows + len(processes))
+    for p, process in enumerate(processes):
+        at = f"{where}.processes[{p}]"
+        _id(process, "pid", "a process id", at)
+        if _field(process, "used_bytes", (int, float, type(None)), "a number or null", at) is not None:
+            _number(process, "used_bytes", 0, MAX_BYTES, f"a number of bytes up to {MAX_BYTES:,}", at)
+        _field(process, "target", _TEXT_OR_NULL, "text or null", at)
+    return rows
 
 
 def _check_state(document: Any) -> None:
-    """Raise _Malformed unless `document` has every field the rows read, of the type they read it as. A value
-    that is a number or null in a daemon's state and is something else here shows as missing, not an error."""
-    _field(document, "saturation_kv_usage", _NUMBER, "a number", "")
-    _field(document, "taken_at", _NUMBER, "a number", "")
-    for t, target in enumerate(_list(document, "targets", "")):
-        where = f"targets[{t}]"
-        _field(target, "target", (str,), "text", where)
-        _field(target, "up", (bool,), "true or false", where)
-        for key in ("engine", "last_failure", "last_error"):
-            _field(target, key, _TEXT_OR_NULL, "text or null", where)
-        for i, instance in enumerate(_list(target, "instances", where)):
-            _check_instance(instance, f"{where}.instances[{i}]")
+    """Raise _Malformed unless `document` has every field the rows read, of the type and in the range they read it
+    as; _TooManyRows where it has more rows than a terminal shows (rich lays out about a thousand a second)."""
+    _number(document, "saturation_kv_usage", 0, 1, "a ratio between 0 and 1", "")
+    _number(document, "taken_at", 0, MAX_UNIX_SECONDS, "a time (unix seconds, 0 before the first poll)", "")
+    targets = _list(document, "targets", "")
+    rows = _rows(len(targets))
+    for t, target in enumerate(targets):
+        rows = _check_target(target, f"targets[{t}]", rows)
     nvml = _field(document, "nvml", (dict,), "an object", "")
     _field(nvml, "up", (bool,), "true or false", "nvml")
     for key in ("error", "driver_version"):
         _field(nvml, key, _TEXT_OR_NULL, "text or null", "nvml")
-    for g, gpu in enumerate(_list(nvml, "gpus", "nvml")):
-        where = f"nvml.gpus[{g}]"
-        _field(gpu, "gpu", (str, int), "an index", where)
-        _field(gpu, "name", (str,), "text", where)
-        for key in ("used_bytes", "total_bytes"):
-            _field(gpu, key, _NUMBER, "a number", where)
-        for p, process in enumerate(_list(gpu, "processes", where)):
-            _field(process, "pid", (str, int), "a PID", f"{where}.processes[{p}]")
-            _field(process, "used_bytes", (*_NUMBER, type(None)), "a number or null", f"{where}.processes[{p}]")
-            _field(process, "target", _TEXT_OR_NULL, "text or null", f"{where}.processes[{p}]")
+    gpus = _list(nvml, "gpus", "nvml")
+    rows = _rows(rows + len(gpus))
+    for g, gpu in enumerate(gpus):
+        rows = _check_gpu(gpu, f"nvml.gpus[{g}]", rows)
+
+
+def _finite(number: float) -> float | str:
+    """JSON has no infinity or NaN: read them (and a number past a float's range) as the daemon writes them, as
+    "+Inf", "-Inf" and null, so the state holds only finite numbers and --format json prints strict JSON."""
+    return number if math.isfinite(number) else _INFINITIES[number < 0]
+
+
+def _float(text: str) -> float | str:
+    return _finite(float(text))
+
+
+def _constant(name: str) -> float | str | None:
+    return None if name == "NaN" else _float(name)  # NaN, Infinity or -Infinity, as Python's json writes them
+
+
+def _document(text: str) -> Any:
+    return json.loads(text, parse_float=_float, parse_constant=_constant)
 
 
 def _unreadable(request: Request, fetched: daemon.Fetched) -> DaemonUnreadable:
@@ -167,7 +276,7 @@ def fetch(request: Request) -> Fetched:
     if fetched.text is None:
         raise _unreadable(request, fetched)
     try:
-        document: Any = json.loads(fetched.text)
+        document = _document(fetched.text)
         _check_state(document)
     except (ValueError, RecursionError):  # RecursionError: arrays nested deeper than the parser goes
         raise DaemonUnreadable(
@@ -175,6 +284,8 @@ def fetch(request: Request) -> Fetched:
         ) from None
     except _Malformed as malformed:
         raise DaemonUnreadable(f"{request.url}: {malformed}: not a Plimsoll daemon's state (wrong port?)") from None
+    except _TooManyRows as too_many:
+        raise DaemonUnreadable(f"{request.url}: {too_many}") from None
     try:
         now = parsedate_to_datetime(fetched.date).timestamp() if fetched.date else time.time()
     except (TypeError, ValueError):
@@ -187,8 +298,14 @@ def sparkline(history: tuple[tuple[float, float], ...]) -> str:
     return "".join(SPARK_BLOCKS[min(int(v * len(SPARK_BLOCKS)), len(SPARK_BLOCKS) - 1)] for v in values)
 
 
+def _shown(text: str, style: str = "") -> Text:
+    """Text from the state in one cell, as display.plain shows it, cut at MAX_CELL_CHARS: a row is read at a
+    glance, and the daemon's status page and --format json have the whole of it."""
+    return plain(text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…", style)
+
+
 def _text(cell: status_format.Cell, style: str = "") -> Text:
-    return Text(cell.text, style="dim italic" if cell.missing else style)
+    return _shown(cell.text, "dim italic" if cell.missing else style)
 
 
 def render(fetched: Fetched, url: str, problem: str | None = None) -> RenderableType:
@@ -197,11 +314,11 @@ def render(fetched: Fetched, url: str, problem: str | None = None) -> Renderable
     taken_at = float(state["taken_at"])
     head = Text.assemble(
         ("plimsoll ", "bold"),
-        f"{url} · threshold {status_format.percent(threshold)} KV usage · snapshot ",
+        plain(f"{url} · threshold {status_format.percent(threshold)} KV usage · snapshot "),
         f"{status_format.age(taken_at, fetched.daemon_now)} ({status_format.taken_at_text(taken_at)})",
     )
     if problem:
-        head.append(f" · cannot refresh: {problem}", style="red")
+        head.append(plain(f" · cannot refresh: {problem}", "red"))
     rows = Table(box=None, header_style="bold", pad_edge=False)
     for name, justify in (
         ("target", "left"),
@@ -219,11 +336,11 @@ def render(fetched: Fetched, url: str, problem: str | None = None) -> Renderable
         rows.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in status_format.instance_rows(state):
         if row.down is not None:
-            rows.add_row(row.target, row.engine, Text(row.down, style="red"))
+            rows.add_row(_shown(row.target), _shown(row.engine), _shown(row.down, "red"))
             continue
         rows.add_row(
-            row.target,
-            row.engine,
+            _shown(row.target),
+            _shown(row.engine),
             _text(row.model),
             _text(row.kv_usage, LEVEL_STYLES[row.kv_level]),
             _text(row.headroom_tokens),
@@ -234,7 +351,7 @@ def render(fetched: Fetched, url: str, problem: str | None = None) -> Renderable
             _text(row.model_drift),
             sparkline(row.kv_usage_history),
         )
-    nvml = Text(status_format.nvml_line(state), style="bold")
+    nvml = _shown(status_format.nvml_line(state), "bold")
     gpu_rows = status_format.gpu_rows(state)
     if not gpu_rows:
         return Group(head, Text(""), rows, Text(""), nvml)
@@ -242,9 +359,9 @@ def render(fetched: Fetched, url: str, problem: str | None = None) -> Renderable
     for name in ("gpu", "name", "memory used / total", "process", "memory", "target", "unexplained"):
         gpus.add_column(name)
     for gpu in gpu_rows:
-        gpus.add_row(gpu.gpu, gpu.name, gpu.memory, "", "", "", _text(gpu.unexplained))
+        gpus.add_row(_shown(gpu.gpu), _shown(gpu.name), gpu.memory, "", "", "", _text(gpu.unexplained))
         for process in gpu.processes:
-            gpus.add_row("", "", "", process.pid, process.memory, process.target, "")
+            gpus.add_row("", "", "", _shown(process.pid), process.memory, _shown(process.target), "")
     return Group(head, Text(""), rows, Text(""), nvml, gpus)
 
 
@@ -295,7 +412,7 @@ def run_status(args: argparse.Namespace) -> int:
     try:
         fetched = fetch(request)
     except DaemonUnreadable as error:
-        print(f"plimsoll status: {error}", file=sys.stderr)
+        print(f"plimsoll status: {shown(str(error))}", file=sys.stderr)
         return 1
     if args.format == "json":
         print(json.dumps(fetched.state, indent=2))

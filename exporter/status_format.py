@@ -14,6 +14,9 @@ from typing import Any
 # KV usage this far below the saturation threshold is "near" it: coloured before it is reached.
 NEAR_THRESHOLD_RATIO = 0.1
 GIB = 2**30
+# Past any count of tokens, requests or seconds an engine or a forecast reports: a value beyond it, like NaN or an
+# infinity, is shown as missing (or, as a time to saturation, as never).
+MAX_SHOWN = 1e15
 
 
 @dataclass(frozen=True)
@@ -118,9 +121,17 @@ def _cell(instance: Mapping[str, Any], field: str, text: str | None) -> Cell:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and -MAX_SHOWN <= value <= MAX_SHOWN:
         return float(value)
     return None
+
+
+def _saturation_in(value: Any) -> str | None:
+    """The time to saturation in duration()'s words; None for anything but seconds or "+Inf"."""
+    if value == "+Inf" or (isinstance(value, (int, float)) and value > MAX_SHOWN):
+        return "never"
+    seconds = _number(value)
+    return None if seconds is None else duration(seconds)
 
 
 def _down(target: Mapping[str, Any]) -> str:
@@ -166,7 +177,7 @@ def instance_rows(state: Mapping[str, Any]) -> tuple[InstanceRow, ...]:
             waiting = _number(instance["requests_waiting"])
             preemptions = _number(instance["preemptions_total"])
             drift = _number(instance["model_capacity_error_ratio"])
-            eta = instance["saturation_eta_seconds"]
+            eta = _saturation_in(instance["saturation_eta_seconds"])
             if running is None and waiting is None:
                 load = None
             else:
@@ -189,7 +200,7 @@ def instance_rows(state: Mapping[str, Any]) -> tuple[InstanceRow, ...]:
                     preemptions=_cell(
                         instance, "preemptions_total", None if preemptions is None else whole(preemptions)
                     ),
-                    saturation_in=_cell(instance, "saturation_eta_seconds", None if eta is None else duration(eta)),
+                    saturation_in=_cell(instance, "saturation_eta_seconds", eta),
                     model_drift=_cell(
                         instance, "model_capacity_error_ratio", None if drift is None else percent(drift, signed=True)
                     ),

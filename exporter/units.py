@@ -74,7 +74,10 @@ def parse_size(text: object) -> int:
         )
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{text!r} is not a non-negative size")
-    return round(value * _SIZE_UNITS[unit])
+    size = value * _SIZE_UNITS[unit]
+    if not math.isfinite(size):  # 1e308GiB: a finite number, but its bytes are beyond what a float holds
+        raise ValueError(f"{text!r} is too large a size")
+    return round(size)
 
 
 def parse_duration(text: object) -> float:

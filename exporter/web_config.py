@@ -7,17 +7,23 @@ file that secures node_exporter secures Plimsoll too:
 Every problem is collected in one pass and raised as one ConfigError naming the file and the field. Keys of the
 format that Plimsoll cannot honour (inline certificates, cipher suites, curves, SAN allow-lists, rate_limit) are
 refused by name: a security setting is never silently dropped. Relative paths are relative to the web config file,
-as exporter-toolkit resolves them.
+as exporter-toolkit resolves them. A hash is checked at load by the bcrypt library's own rules, and its cost is
+capped: one that bcrypt refuses, or that would take seconds a check, is refused naming the user.
 """
 
 import asyncio
 import binascii
-import collections
+import contextlib
 import hashlib
+import hmac
 import os
 import re
+import secrets
 import ssl
+import stat
+import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -25,7 +31,7 @@ from typing import Any
 
 import bcrypt
 
-from exporter.config import ConfigError, load_yaml, read_config_text
+from exporter.config import ConfigError, load_yaml, read_config_text, readable_file
 
 _TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 _VERIFY_MODES = {
@@ -65,8 +71,19 @@ _HEADERS: dict[str, tuple[str, ...] | None] = {
     "X-XSS-Protection": None,
     "Strict-Transport-Security": None,
 }
-_BCRYPT_HASH = re.compile(r"^\$2[abxy]?\$\d\d\$[./A-Za-z0-9]{53}$")
-_HASH_HINT = "is not a bcrypt hash (make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')"
+_BCRYPT_HASH = re.compile(r"^\$2[a-z]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
+_BCRYPT_ALPHABET = "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+_MAKE_HASH = "make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n'"
+# bcrypt's own bounds on the cost (log2 of its rounds). exporter-toolkit accepts all of them, but every step doubles
+# a check's time: cost 16 takes seconds a check, and a cost-31 check would outlast the daemon.
+_BCRYPT_COSTS = range(4, 32)
+MAX_BCRYPT_COST = 16
+# bcrypt reads at most this much of a password; the bcrypt library refuses more rather than ignoring it, Go's
+# (exporter-toolkit's) ignores it.
+_BCRYPT_PASSWORD_BYTES = 72
+# A certificate chain, a key or a CA bundle is kilobytes (Mozilla's whole bundle is ~220 KB); OpenSSL reads what
+# it is given.
+MAX_TLS_FILE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -105,17 +122,23 @@ def _string(value: Any, path: str, problems: _Problems) -> str | None:
 
 
 def _readable_file(value: Any, path: str, base: Path, problems: _Problems) -> str | None:
+    """The file's path, checked without opening it: OpenSSL will, and opening a FIFO waits for a writer forever."""
     name = _string(value, path, problems)
     if name is None:
         return None
-    resolved = base / name
     try:
-        with resolved.open("rb"):
-            pass
-    except OSError as error:
-        problems.add(path, f"cannot read {resolved}: {error.strerror}")
+        resolved = readable_file(base, path)(name)
+        size = os.stat(resolved).st_size
+    except ValueError as error:
+        problems.add(path, str(error))
         return None
-    return str(resolved)
+    except OSError as error:  # gone since the check above
+        problems.add(path, f"cannot read {base / name}: {error.strerror}")
+        return None
+    if size > MAX_TLS_FILE_BYTES:
+        problems.add(path, f"{resolved} is over 1 MiB: a certificate, key or CA bundle is kilobytes")
+        return None
+    return resolved
 
 
 def _tls_version(value: Any, path: str, default: str, problems: _Problems) -> ssl.TLSVersion:
@@ -200,6 +223,34 @@ def _tls_context(raw: Any, base: Path, problems: _Problems) -> ssl.SSLContext | 
     return context
 
 
+def _hash_problem(hashed: Any) -> str | None:
+    """Why bcrypt cannot check passwords against `hashed` in reasonable time; None when it can. The value is never
+    echoed: it is a secret's hash."""
+    shape = _BCRYPT_HASH.match(hashed) if isinstance(hashed, str) else None
+    if shape is None:
+        return f"is not a bcrypt hash ({_MAKE_HASH})"
+    cost = int(shape.group(1))
+    if cost not in _BCRYPT_COSTS:
+        return f"bcrypt cost {cost} is outside bcrypt's {_BCRYPT_COSTS[0]} to {_BCRYPT_COSTS[-1]} ({_MAKE_HASH})"
+    if cost > MAX_BCRYPT_COST:
+        return (
+            f"bcrypt cost {cost} is above {MAX_BCRYPT_COST}, the most Plimsoll accepts (each step doubles the time "
+            f"of a check, and {MAX_BCRYPT_COST} already takes seconds): {_MAKE_HASH}"
+        )
+    try:
+        # The library's own rules on the version and the salt, checked at cost 4: a millisecond, whatever the cost.
+        bcrypt.checkpw(b"", _with_cost(hashed.encode(), 4))
+    except ValueError:
+        return f"bcrypt refuses it: an unknown version or a malformed salt ({_MAKE_HASH})"
+    return None
+
+
+def _with_cost(hashed: bytes, cost: int) -> bytes:
+    """The hash as if made at `cost` (the same version, salt and digest)."""
+    empty, version, _, rest = hashed.split(b"$")
+    return b"$".join((empty, version, b"%02d" % cost, rest))
+
+
 def _users(raw: Any, problems: _Problems) -> dict[str, bytes]:
     users: dict[str, bytes] = {}
     for name, hashed in _mapping(raw, "basic_auth_users", problems).items():
@@ -207,8 +258,8 @@ def _users(raw: Any, problems: _Problems) -> dict[str, bytes]:
             problems.add("basic_auth_users", f"user name {name!r} is not a string: quote it")
         elif ":" in name:
             problems.add(f"basic_auth_users.{name}", "a user name cannot contain ':' (basic auth splits on it)")
-        elif not isinstance(hashed, str) or not _BCRYPT_HASH.match(hashed):
-            problems.add(f"basic_auth_users.{name}", _HASH_HINT)  # the value is never echoed
+        elif (problem := _hash_problem(hashed)) is not None:
+            problems.add(f"basic_auth_users.{name}", problem)
         else:
             users[name] = hashed.encode()
     return users
@@ -235,9 +286,18 @@ def _headers(raw: Any, problems: _Problems) -> dict[str, str]:
     return headers
 
 
+def _refuse_special_file(path: str) -> None:
+    """A FIFO or a device named as the web config is refused before it is opened: opening a FIFO waits for a writer
+    forever, and a device may never end."""
+    with contextlib.suppress(OSError):  # read_config_text says why the file cannot be read
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ConfigError([f"{path}: not a regular file (a web config is a YAML file)"])
+
+
 def load_web_config(path: str) -> WebConfig:
     """Read and validate the file; raise ConfigError with every problem, each naming the file and the field."""
     problems = _Problems(path)
+    _refuse_special_file(path)
     document = load_yaml(read_config_text(path, "web config"), path)
     top = _mapping(document, "(top level)", problems)
     for key, reason in _REFUSED_TOP_KEYS.items():
@@ -258,49 +318,123 @@ def load_web_config(path: str) -> WebConfig:
     return WebConfig(path, tls, MappingProxyType(users), MappingProxyType(headers))
 
 
-_CACHE_SIZE = 100
+# bcrypt checks run in this many threads of their own: a storm of wrong passwords costs at most this many cores,
+# and the event loop and the default executor (reloads) never wait behind it.
+HASH_THREADS = 2
+# Checks running or waiting for a thread, at most; past it a login is answered 429 at once. A waiting check waits at
+# most two checks' time, so a scraper's first login still answers within its scrape timeout.
+MAX_PENDING_CHECKS = 2 * HASH_THREADS
+BUSY_RETRY_SECONDS = 1.0  # the Retry-After past it: a thread is free within a check's time
+# Failed logins a client address may make at once, and how often it may make one more after that: a scraper with a
+# wrong password fails once a scrape, never this often; a password guesser is slowed to one guess a second.
+FAILURE_BURST = 10
+FAILURE_INTERVAL_SECONDS = 1.0
+# Addresses whose failures are remembered; past it the one that failed longest ago is forgotten (memory stays
+# bounded, whoever sends from however many addresses: MAX_PENDING_CHECKS bounds the work).
+MAX_TRACKED_ADDRESSES = 10_000
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    retry_after: float | None = None  # refused without a check: seconds until this client may try again
+
+
+class FailureBudget:
+    """The failed logins each client address may still make: FAILURE_BURST at once, then one every
+    FAILURE_INTERVAL_SECONDS (a generic cell rate algorithm: one number an address, when its budget is whole)."""
+
+    def __init__(self) -> None:
+        self._whole_at: dict[str, float] = {}  # in the order of their last attempt, oldest first
+
+    def take(self, client: str) -> float:
+        """Spend one attempt of `client`'s and return 0.0; or, where none is left, the seconds until one is."""
+        now = time.monotonic()
+        whole_at = max(self._whole_at.pop(client, now), now)
+        wait = whole_at - now - (FAILURE_BURST - 1) * FAILURE_INTERVAL_SECONDS
+        self._whole_at[client] = whole_at if wait > 0 else whole_at + FAILURE_INTERVAL_SECONDS
+        if len(self._whole_at) > MAX_TRACKED_ADDRESSES:
+            del self._whole_at[next(iter(self._whole_at))]
+        return max(wait, 0.0)
+
+    def give_back(self, client: str) -> None:
+        """The attempt succeeded: it does not count against the address."""
+        if client in self._whole_at:
+            self._whole_at[client] -= FAILURE_INTERVAL_SECONDS
 
 
 def _cache_key(user: str, hashed: bytes, password: str) -> bytes:
     return hashlib.sha256(b"\0".join((user.encode(), hashed, password.encode()))).digest()
 
 
-class BasicAuthCheck:
-    """Verifies an Authorization header against the bcrypt hashes.
+def _decoy(cost: int) -> bytes:
+    """A hash at `cost` that no password matches, to check unknown users against, as exporter-toolkit does, so the
+    time a refusal takes does not say which users exist. A random digest, not the hash of a random password: making
+    that at cost 16 would take seconds."""
+    return bcrypt.gensalt(rounds=cost) + "".join(secrets.choice(_BCRYPT_ALPHABET) for _ in range(31)).encode()
 
-    bcrypt costs 50-250 ms a check by design, so each answer is cached under a SHA-256 of (user, hash, password),
-    as exporter-toolkit does: a scraper presenting the same credentials every 15 s pays once, and the password is
-    never kept in memory. Checks run in a worker thread, one at a time: the event loop keeps serving, and a storm of
-    wrong passwords costs one core at most (the daemon's request cap bounds how many wait)."""
+
+class BasicAuth:
+    """Verifies Authorization headers against the bcrypt hashes, whoever sends them and however often.
+
+    bcrypt costs 50-250 ms a check by design. A password that once verified is remembered per user as a SHA-256 of
+    (user, hash, password), never the password, and answered at once from the event loop: a scraper presenting it
+    every 15 s pays once, and never waits behind anyone's failing checks. Other checks run in HASH_THREADS threads
+    with no lock between them, at most MAX_PENDING_CHECKS at a time, and each client address has a FailureBudget;
+    past either, 429 at once without hashing. Only successes are remembered, so wrong passwords cannot evict them.
+    `use` swaps the users on a reload and forgets every verified password. `close` drops the waiting checks, so a
+    shutdown waits for the running ones at most."""
 
     def __init__(self, users: Mapping[str, bytes]):
-        self._users = users
-        # An unknown user is checked against the hash of a random password at the users' highest cost, as
-        # exporter-toolkit does, so the time a refusal takes does not say which users exist.
-        cost = max((int(hashed[4:6]) for hashed in users.values()), default=10)
-        self._decoy = bcrypt.hashpw(os.urandom(16), bcrypt.gensalt(rounds=cost))
-        self._cache: collections.OrderedDict[bytes, bool] = collections.OrderedDict()
-        self._lock = asyncio.Lock()
+        self._pool = ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="plimsoll-bcrypt")
+        self._pending = 0
+        self._closed = False  # a request on a kept-alive connection may still come during the shutdown
+        self._budget = FailureBudget()
+        self.use(users)
 
-    async def allows(self, authorization: str | None) -> bool:
+    def use(self, users: Mapping[str, bytes]) -> None:
+        self._users = users
+        self._decoy = _decoy(max((_cost(hashed) for hashed in users.values()), default=10))
+        self._verified: dict[str, bytes] = {}
+
+    def close(self) -> None:
+        self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def check(self, authorization: str | None, client: str) -> Verdict:
         credentials = _credentials(authorization)
         if credentials is None:
-            return False
+            return Verdict(False)
         user, password = credentials
         known = self._users.get(user)
         hashed = known if known is not None else self._decoy
         key = _cache_key(user, hashed, password)
-        async with self._lock:
-            allowed = self._cache.get(key)
-            if allowed is None:
-                # bcrypt compares in constant time.
-                matched = await asyncio.to_thread(bcrypt.checkpw, password.encode(), hashed)
-                allowed = known is not None and matched
-                self._cache[key] = allowed
-                if len(self._cache) > _CACHE_SIZE:
-                    self._cache.popitem(last=False)
-            self._cache.move_to_end(key)
-        return allowed
+        if hmac.compare_digest(self._verified.get(user, b""), key):
+            return Verdict(True)
+        if self._pending >= MAX_PENDING_CHECKS or self._closed:
+            return Verdict(False, retry_after=BUSY_RETRY_SECONDS)
+        wait = self._budget.take(client)
+        if wait > 0:
+            return Verdict(False, retry_after=wait)
+        # Compared on the bytes bcrypt reads, as exporter-toolkit's Go bcrypt does; bcrypt compares in constant time.
+        matched = await self._matches(password.encode()[:_BCRYPT_PASSWORD_BYTES], hashed)
+        # A reload during the check decides: a password of the replaced hash is not let in.
+        if matched and known is not None and self._users.get(user) == known:
+            self._verified[user] = key
+            self._budget.give_back(client)
+            return Verdict(True)
+        return Verdict(False)
+
+    async def _matches(self, password: bytes, hashed: bytes) -> bool:
+        self._pending += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, bcrypt.checkpw, password, hashed)
+        finally:
+            self._pending -= 1
+
+
+def _cost(hashed: bytes) -> int:
+    return int(hashed.split(b"$")[2])
 
 
 def _credentials(authorization: str | None) -> tuple[str, str] | None:

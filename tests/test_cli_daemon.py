@@ -2,14 +2,19 @@
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 
+import bcrypt
 import pytest
 
 from exporter.cli import build_parser, main, run_config
 from exporter.config import ConfigError
 from tests.conftest import ENGINE_FIXTURES
 from tests.daemon.pages import page_server
+from tests.support.prometheus import free_port
 
 PROBE_KEYS = {
     "engine",
@@ -184,3 +189,47 @@ def test_run_check_only_also_asks_the_capacity_model(capsys, tmp_path):
     config.write_text("targets: [{url: 'http://127.0.0.1:8000/metrics', model: llama-3.1-70b, gpu_type: L4}]\n")
     assert main(["run", "--config", str(config), "--check-only"]) == 2
     assert f"{config}: targets[0].gpu_type: llama-3.1-70b does not fit on L4" in capsys.readouterr().err
+
+
+COMMAND_TIMEOUT_S = 20.0  # a command that hangs fails here instead of holding the test run
+
+
+def _plimsoll(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *argv], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
+    )
+
+
+def _hash_of_cost(cost: int) -> str:
+    """A well-formed bcrypt hash that claims `cost`, made at cost 4 so the test does not pay for it."""
+    hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=4)).decode()
+    return f"{hashed[:4]}{cost:02d}{hashed[6:]}"
+
+
+def test_check_config_and_run_refuse_a_hash_bcrypt_refuses_naming_the_user(capsys, tmp_path):
+    web = tmp_path / "web.yml"
+    web.write_text(f"basic_auth_users: {{scraper: '$2$10${_hash_of_cost(10)[7:]}'}}\n")
+    config = tmp_path / "c.yaml"
+    config.write_text("web_config: web.yml\n")
+    assert main(["check-config", str(config)]) == 2
+    assert main(["run", "--config", str(config), "--nvml", "off", "--listen", f"127.0.0.1:{free_port()}"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all(f"{web}: basic_auth_users.scraper: bcrypt refuses it" in line for line in lines)
+
+
+def test_run_refuses_a_hash_too_costly_to_check_before_it_listens(tmp_path):
+    web = tmp_path / "web.yml"
+    web.write_text(f"basic_auth_users: {{scraper: '{_hash_of_cost(31)}'}}\n")
+    done = _plimsoll("run", "--web-config", str(web), "--nvml", "off", "--listen", f"127.0.0.1:{free_port()}")
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert f"{web}: basic_auth_users.scraper: bcrypt cost 31 is above" in line
+
+
+def test_check_config_refuses_a_fifo_as_the_config_naming_it(tmp_path):
+    fifo = tmp_path / "plimsoll.yaml"
+    os.mkfifo(fifo)
+    for argv in (["check-config", str(fifo)], ["run", "--config", str(fifo), "--check-only"]):
+        done = _plimsoll(*argv)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().endswith(f"{fifo} is not a regular file"), done.stderr

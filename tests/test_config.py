@@ -490,6 +490,8 @@ alerting:
     ("field", "value", "said"),
     [
         ("runbook_url", "https://example.com/RUNBOOK.md#top", "#fragment"),
+        ("runbook_url", "https://example.com/{{ .Bad/RUNBOOK.md", "Prometheus would read it as a template"),
+        ("runbook_url", '"https://example.com/\\nRUNBOOK.md"', "not an http(s) URL on one line"),
         ("exporter_job", '"plimsoll"', "without quotes or backslashes"),
         ("rule_labels", "[release]", "expected a map"),
         ("rule_labels", "{release: {name: x}}", "is a map, not text"),
@@ -558,7 +560,7 @@ autoscaling:
   overprovisioned_for: 5
   replicas: 3
   workloads:
-    - {model: 'a"b', kind: Pod, name: Bad_Name, namespace: inference, min_replicas: 3, max_replicas: 8,
+    - {model: "a\\tb", kind: Pod, name: Bad_Name, namespace: inference, min_replicas: 3, max_replicas: 8,
        knee_concurrency: 0}
     - {model: m, name: x, namespace: ns, min_replicas: 3, max_replicas: 2, startup: 2m}
     - {model: other, name: x, namespace: ns, max_replicas: 2, startup: 5m}
@@ -595,7 +597,7 @@ pricing:
     }
     said = {field: " ".join(problems) for field, problems in by_field.items()}
     assert "did you mean 0.8?" in said["autoscaling.margin"]
-    assert "without quotes" in said["autoscaling.workloads[0].model"]
+    assert "without line breaks, tabs or other control characters" in said["autoscaling.workloads[0].model"]
     assert "not one of Deployment, StatefulSet" in said["autoscaling.workloads[0].kind"]
     assert "3 is above max_replicas 2" in said["autoscaling.workloads[1].min_replicas"]
     assert "Deployment ns/x is also autoscaling.workloads[1]" in said["autoscaling.workloads[2].name"]
@@ -612,3 +614,27 @@ pricing:
 def test_autoscaling_without_a_list_of_workloads_says_what_a_workload_needs(workloads):
     (problem,) = check_config(f"autoscaling:\n  workloads: {workloads}\n", "c.yaml", environ={}).problems
     assert problem.startswith("c.yaml: autoscaling.workloads: expected a list of at least one workload"), problem
+
+
+@pytest.mark.parametrize("escape", [r"\n", r"\r", r"\N", r"\L", r"\0"])
+def test_an_exporter_job_with_a_line_break_or_control_character_is_refused_before_it_ends_a_monitor_comment(escape):
+    """The ServiceMonitor's and PodMonitor's comments quote the job regex: a line break in it would start settings."""
+    document = f'alerting:\n  exporter_job: ".*plimsoll.*{escape}kind: ConfigMap"\n'
+    (problem,) = check_config(document, "c.yaml", environ={}).problems
+    assert problem.startswith("c.yaml: alerting.exporter_job: ") and "one line of printable text" in problem, problem
+
+
+def test_a_file_sd_target_or_model_label_that_is_not_a_label_value_refuses_the_file_naming_the_label():
+    text = '[{targets: ["10.0.0.7:8000"], labels: {target: "node-a\\rfoo", model: "<<.Series>>"}}]'
+    with pytest.raises(ConfigError) as raised:
+        parse_target_file(text, "targets.yaml")
+    assert [problem.split(" is not")[0] for problem in raised.value.problems] == [
+        "targets.yaml: [0].labels.target: 'node-a\\rfoo'",
+        "targets.yaml: [0].labels.model: '<<.Series>>'",
+    ]
+
+
+def test_a_priced_gpu_name_that_is_not_a_label_value_is_refused_on_one_line():
+    document = 'pricing:\n  gpu_hour: {"NVIDIA A40\\rkind: ConfigMap": 1.2}\n'
+    (problem,) = check_config(document, "c.yaml", environ={}).problems
+    assert problem.startswith("c.yaml: pricing.gpu_hour: 'NVIDIA A40\\rkind: ConfigMap' is not a usable label value")

@@ -16,6 +16,7 @@ from exporter.display import plain, shown
         ("a\nb\rc\td", "a\\nb\\rc\\td"),  # a second line, or an overwritten one
         ("\x9b31m", "\\x9b31m"),  # the C1 form of ESC [
         ("admin\u202egnp.exe", "admin\\u202egnp.exe"),  # right-to-left override
+        ("a\u2028b\x85c", "a\\u2028b\\x85c"),  # line breaks to YAML 1.1
         ("\x00\x7f", "\\x00\\x7f"),
         ("Llama-3.1-8B [fp8] ünïcode 模型", "Llama-3.1-8B [fp8] ünïcode 模型"),  # printable text is untouched
     ],

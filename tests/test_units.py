@@ -32,6 +32,12 @@ def test_bad_sizes_say_what_is_expected(text):
         parse_size(text)
 
 
+@pytest.mark.parametrize("text", ["1e308GiB", "1e300TiB", "1.7e308Ki"])
+def test_a_size_whose_bytes_overflow_is_refused_as_too_large_not_a_traceback(text):
+    with pytest.raises(ValueError, match="too large"):
+        parse_size(text)
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("500ms", 0.5), ("5s", 5.0), ("15m", 900.0), ("1h30m", 5400.0), ("1d", 86400.0), (" 2s ", 2.0)],

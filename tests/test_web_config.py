@@ -3,7 +3,10 @@ field, and TLS, client certificates and basic auth on real HTTPS on 127.0.0.1, w
 (trustme) and bcrypt hashes of cost 4 (valid, and fast enough to make per test)."""
 
 import asyncio
+import os
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +22,13 @@ from exporter import web_config
 from exporter.config import Config, ConfigError
 from exporter.daemon import Daemon
 from exporter.server import build_app
-from exporter.web_config import BasicAuthCheck, WebConfig, load_web_config
+from exporter.web_config import BasicAuth, WebConfig, load_web_config
 
 LOOPBACK = "127.0.0.1"
 USER = "prometheus"
 PASSWORD = "correct horse battery staple"
 HASH = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+COMMAND_TIMEOUT_S = 20.0  # a check-config that opened a FIFO would wait for a writer forever
 
 
 @pytest.fixture(scope="module")
@@ -248,12 +252,13 @@ def test_a_password_is_checked_by_bcrypt_once_and_an_unknown_user_after_the_same
         return checkpw(password, hashed)
 
     monkeypatch.setattr(web_config.bcrypt, "checkpw", counting)
-    check = BasicAuthCheck({USER: HASH.encode()})
+    check = BasicAuth({USER: HASH.encode()})
     right = aiohttp.encode_basic_auth(USER, PASSWORD)
     stranger = aiohttp.encode_basic_auth("stranger", PASSWORD)
 
     async def go() -> list[bool]:
-        return [await check.allows(header) for header in (right, right, right, stranger, "Basic !!!", None)]
+        headers = (right, right, right, stranger, "Basic !!!", None)
+        return [(await check.check(header, LOOPBACK)).allowed for header in headers]
 
     assert asyncio.run(go()) == [True, True, True, False, False, False]
     assert len(checked) == 2, "the right password was hashed once; the stranger against a decoy"
@@ -264,3 +269,67 @@ def test_a_tls_setting_without_a_certificate_is_refused_rather_than_serving_plai
     path = _web_config(tmp_path, {"tls_server_config": {"min_version": "TLS13"}})
     (problem,) = _problems(path)
     assert problem.startswith(f"{path}: tls_server_config: TLS settings without cert_file and key_file")
+
+
+def _users_problems(tmp_path: Path, hashed: str) -> list[str]:
+    return _problems(_web_config(tmp_path, {"basic_auth_users": {USER: hashed}}))
+
+
+@pytest.mark.parametrize(
+    ("hashed", "words"),
+    [
+        ("$2$10$" + HASH[7:], "bcrypt refuses it"),  # a version the bcrypt library does not know
+        ("$2b$04$" + HASH[7:28] + "z" + HASH[29:], "bcrypt refuses it"),  # a salt whose last character is not canonical
+        ("$2b$03$" + HASH[7:], "cost 3 is outside bcrypt's 4 to 31"),
+        ("$2b$99$" + HASH[7:], "cost 99 is outside bcrypt's 4 to 31"),
+    ],
+    ids=["version-2", "salt", "cost-03", "cost-99"],
+)
+def test_a_hash_bcrypt_refuses_is_refused_at_load_naming_the_user_and_the_reason(tmp_path, hashed, words):
+    (problem,) = _users_problems(tmp_path, hashed)
+    assert problem.startswith(f"{tmp_path / 'web.yml'}: basic_auth_users.{USER}: ") and words in problem, problem
+
+
+@pytest.mark.parametrize("cost", [web_config.MAX_BCRYPT_COST + 1, 31])
+def test_a_bcrypt_cost_above_the_limit_is_refused_naming_the_user_and_the_limit(tmp_path, cost):
+    hashed = f"$2b${cost:02d}$" + HASH[7:]
+    (problem,) = _users_problems(tmp_path, hashed)
+    assert f"basic_auth_users.{USER}: bcrypt cost {cost} is above {web_config.MAX_BCRYPT_COST}" in problem, problem
+
+
+def test_a_password_longer_than_bcrypt_reads_is_checked_on_its_first_72_bytes_as_exporter_toolkit_does(ca, tmp_path):
+    long_password = "x" * 72 + "and more that bcrypt never reads"
+    web = load_web_config(
+        _web_config(tmp_path, {"basic_auth_users": {USER: bcrypt.hashpw(b"x" * 72, bcrypt.gensalt(4)).decode()}})
+    )
+    answers = asyncio.run(
+        _answers(
+            web,
+            [
+                {"scheme": "http", "headers": {"Authorization": aiohttp.encode_basic_auth(USER, long_password)}},
+                {"scheme": "http", "headers": {"Authorization": aiohttp.encode_basic_auth(USER, "y" * 100)}},
+            ],
+        )
+    )
+    assert [status for status, _ in answers] == [200, 401]
+
+
+@pytest.mark.parametrize("fifo_as", ["cert_file", "key_file", "client_ca_file"])
+def test_a_fifo_named_as_a_tls_file_is_refused_by_check_config_naming_it(ca, tmp_path, fifo_as):
+    _write_certificates(ca, tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    tls = {"cert_file": "server.pem", "key_file": "server.pem", fifo_as: "fifo"}
+    if fifo_as == "client_ca_file":
+        tls["client_auth_type"] = "RequireAndVerifyClientCert"
+    _web_config(tmp_path, {"tls_server_config": tls})
+    config = tmp_path / "plimsoll.yaml"
+    config.write_text("web_config: web.yml\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter", "check-config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"tls_server_config.{fifo_as}: {tmp_path / 'fifo'} is not a regular file" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -3,6 +3,9 @@
 Only what memory depends on is kept. The reader trusts what real configs carry over what can be derived:
 `head_dim` when present (Gemma, Qwen3 and gpt-oss do not use hidden/heads), `num_key_value_heads`, the layer
 pattern of sliding-window models, MLA ranks and the quantization block.
+
+The file may be corrupt or hostile, so every field read is checked here, and only here, against the range a real
+model could have (the bounds below); the plan downstream trusts the architecture it gets.
 """
 
 from collections.abc import Mapping
@@ -11,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter.capacity.quantization import Quantization, QuantizationError, from_config
+from exporter.display import shown
 
 FULL = "full_attention"
 SLIDING = "sliding_attention"
@@ -164,13 +168,13 @@ def _refuse_recurrent_state(config: dict[str, Any], source: str) -> None:
     model_type = str(config.get("model_type", ""))
     architectures = [str(a) for a in config.get("architectures") or []]
     kinds = {str(k) for k in config.get("layer_types") or []} - {FULL, SLIDING, "attention"}
-    named = ", ".join(architectures) or model_type
+    named = _text(", ".join(architectures) or model_type)
     if model_type in _RECURRENT_STATE_TYPES or any(
         w in a for a in architectures for w in _RECURRENT_ARCHITECTURE_WORDS
     ):
         reason = f"{named} keeps a recurrent state (Mamba, RWKV or linear-attention layers)"
     elif kinds:
-        reason = f"{named} has {', '.join(sorted(kinds))} layers"
+        reason = f"{named} has {_text(', '.join(sorted(kinds)))} layers"
     else:
         return
     raise ModelConfigError(
@@ -186,10 +190,14 @@ def _require(config: dict[str, Any], key: str, source: str, *alternatives: str) 
     raise ModelConfigError(f"{source}: missing key {names}, which the capacity model needs")
 
 
-def _shown(value: object, limit: int = 80) -> str:
-    """A bad value as an error quotes it, cut short: the file chose its size."""
-    text = repr(value) if not isinstance(value, Exception) else str(value)
-    return text if len(text) <= limit else f"{text[:limit]}..."
+def _text(text: str, limit: int = 80) -> str:
+    """Text from the file as an error quotes it: cut short (the file chose its size), its controls escaped."""
+    return shown(text if len(text) <= limit else f"{text[:limit]}...")
+
+
+def _shown(value: object) -> str:
+    """A bad value as an error quotes it."""
+    return _text(repr(value) if not isinstance(value, Exception) else str(value))
 
 
 # Past 2**53 a number is no dimension of a model, and products of a few such overflow the float arithmetic of the
@@ -206,25 +214,66 @@ def _refuse_huge_numbers(config: dict[str, Any], source: str) -> None:
         elif isinstance(value, list):
             pending.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
         elif isinstance(value, int | float) and not isinstance(value, bool) and not abs(value) <= _LARGEST_NUMBER:
-            raise ModelConfigError(f"{source}: {path} is {_shown(value)}, not a finite number of a model's size")
+            raise ModelConfigError(f"{source}: {shown(path)} is {_shown(value)}, not a finite number of a model's size")
 
 
-# More layers than any model has: a count past it is a garbled file, and sizing it would build a tuple per layer.
-_MAX_LAYERS = 100_000
+# Upper bounds of the dimensions, each far past the largest released model's (in brackets), so that only a garbled
+# file reaches one, and a tuple per layer or a product of several stays small.
+MAX_LAYERS = 1024  # (126, Llama 3.1 405B); the plan sizes layer by layer, so this bounds its time too
+MAX_WIDTH = 1_048_576  # hidden, MLP, expert, LoRA and vision sizes (53,248, Llama 3.1 405B's MLP)
+MAX_HEADS = 65_536  # attention and KV heads, head_dim, experts (128 heads; head_dim 256; 384 experts, Kimi K2)
+MAX_VOCAB = 16_777_216  # (262,208, Gemma 3)
+MAX_POSITIONS = 1_073_741_824  # context lengths and sliding windows (10,485,760, Llama 4 Scout)
+MAX_ROPE_FACTOR = 1024  # (40, DeepSeek-V3's YaRN)
+# What the file's torch_dtype may name: the dtypes checkpoints are published in.
+CHECKPOINT_DTYPES = ("bfloat16", "float16", "half", "float32", "float")
+_FIX = "correct the file, or download it again"
 
 
-def _count(config: dict[str, Any], key: str, source: str, *alternatives: str) -> int:
-    """A required dimension, a whole number of at least 1; the message names the key."""
-    value = _require(config, key, source, *alternatives)
-    number = None
+def _whole(value: object) -> int | None:
+    """`value` as a whole number, if it is written as one (4096, 4096.0, "4096"); None otherwise."""
     if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    elif (isinstance(value, float) and value.is_integer()) or (isinstance(value, str) and value.strip().isdigit()):
-        number = int(value)
-    if number is None or number < 1:
-        named = next(n for n in (key, *alternatives) if config.get(n) is not None)
-        raise ModelConfigError(f"{source}: {named} is {_shown(value)}, not a whole number of at least 1")
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdecimal():
+        return int(value)
+    return None
+
+
+def _in_range(value: object, named: str, source: str, least: int, most: int) -> int:
+    number = _whole(value)
+    if number is None or not least <= number <= most:
+        raise ModelConfigError(
+            f"{source}: {named} is {_shown(value)}, not a whole number from {least:,} to {most:,}; {_FIX}"
+        )
     return number
+
+
+def _count(config: dict[str, Any], key: str, source: str, *alternatives: str, most: int) -> int:
+    """A required dimension, a whole number from 1 to `most`; the message names the key the file used."""
+    value = _require(config, key, source, *alternatives)
+    named = next(n for n in (key, *alternatives) if config.get(n) is not None)
+    return _in_range(value, named, source, 1, most)
+
+
+def _optional(config: dict[str, Any], key: str, source: str, *, most: int, least: int = 1) -> int | None:
+    """An optional dimension: None when absent or null, else a whole number from `least` to `most`."""
+    value = config.get(key)
+    return None if value is None else _in_range(value, key, source, least, most)
+
+
+def _ratio_of(config: dict[str, Any], key: str, source: str) -> float:
+    """A RoPE factor: above 0 (a factor of 0 or less is no context at all) and at most MAX_ROPE_FACTOR."""
+    value = config.get(key)
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_ROPE_FACTOR:
+        raise ModelConfigError(
+            f"{source}: rope_scaling.{key} is {_shown(value)}, not a number above 0 and at most "
+            f"{MAX_ROPE_FACTOR}; {_FIX}"
+        )
+    return float(value)
 
 
 def _layer_types(config: dict[str, Any], num_layers: int, window: int | None, source: str) -> tuple[str, ...]:
@@ -238,10 +287,10 @@ def _layer_types(config: dict[str, Any], num_layers: int, window: int | None, so
     if window is None:
         return (FULL,) * num_layers
     model_type = str(config.get("model_type", ""))
-    pattern = config.get("sliding_window_pattern")
+    pattern = _optional(config, "sliding_window_pattern", source, most=MAX_LAYERS)
     if model_type.startswith("gemma3") or pattern:
         # Gemma 3: every `pattern`-th layer is global, the rest slide.
-        every = int(pattern or 6)
+        every = pattern or 6
         return tuple(FULL if (i + 1) % every == 0 else SLIDING for i in range(num_layers))
     if model_type.startswith("gemma2"):
         return tuple(SLIDING if i % 2 == 0 else FULL for i in range(num_layers))
@@ -250,49 +299,64 @@ def _layer_types(config: dict[str, Any], num_layers: int, window: int | None, so
     return (SLIDING,) * num_layers  # Mistral v0.1-style: every layer slides
 
 
-def _window(config: dict[str, Any], max_positions: int) -> int | None:
-    window = config.get("sliding_window")
+def _window(config: dict[str, Any], max_positions: int, source: str) -> int | None:
+    # 0 is how some configs write "no window"; a negative one is no window a model could have.
+    window = _optional(config, "sliding_window", source, least=0, most=MAX_POSITIONS)
     if config.get("use_sliding_window") is False and not config.get("layer_types"):
         return None
-    if not window or int(window) >= max_positions:
+    if not window or window >= max_positions:
         return None  # Phi-3.5's 262144-token "window" is wider than the context: no sliding at all
-    return int(window)
+    return window
 
 
-def _moe(config: dict[str, Any], num_layers: int) -> MoE | None:
-    experts = config.get("n_routed_experts") or config.get("num_local_experts") or config.get("num_experts")
-    if not experts:
+def _first(config: dict[str, Any], *keys: str) -> str | None:
+    """The first of `keys` the config gives a value (not null, not 0), as the engines read such synonyms."""
+    return next((k for k in keys if config.get(k)), None)
+
+
+def _moe(config: dict[str, Any], num_layers: int, source: str) -> MoE | None:
+    experts_key = _first(config, "n_routed_experts", "num_local_experts", "num_experts")
+    if experts_key is None:
         return None
-    expert_size = config.get("moe_intermediate_size") or config["intermediate_size"]
-    shared = int(config.get("shared_expert_intermediate_size") or 0)
-    if config.get("n_shared_experts"):
-        shared = int(config["n_shared_experts"]) * int(expert_size)
-    dense = set(range(min(int(config.get("first_k_dense_replace") or 0), num_layers)))
-    dense |= {int(i) for i in config.get("mlp_only_layers") or []}
-    step = int(config.get("decoder_sparse_step") or 1)
+    experts = _in_range(config[experts_key], experts_key, source, 1, MAX_HEADS)
+    expert_size = _count(config, "moe_intermediate_size", source, "intermediate_size", most=MAX_WIDTH)
+    shared = _optional(config, "shared_expert_intermediate_size", source, least=0, most=MAX_WIDTH) or 0
+    shared_experts = _optional(config, "n_shared_experts", source, least=0, most=MAX_HEADS)
+    if shared_experts:
+        shared = shared_experts * expert_size
+    first_dense = _optional(config, "first_k_dense_replace", source, least=0, most=MAX_LAYERS) or 0
+    dense = set(range(min(first_dense, num_layers)))
+    dense |= {_in_range(i, "mlp_only_layers[]", source, 0, num_layers - 1) for i in config.get("mlp_only_layers") or []}
+    step = _optional(config, "decoder_sparse_step", source, most=MAX_LAYERS) or 1
     dense |= {i for i in range(num_layers) if (i + 1) % step != 0}
+    per_token_key = _first(config, "num_experts_per_tok", "experts_per_token", "top_k")
+    per_token = 1 if per_token_key is None else _in_range(config[per_token_key], per_token_key, source, 1, experts)
     return MoE(
-        num_experts=int(experts),
-        experts_per_token=int(
-            config.get("num_experts_per_tok") or config.get("experts_per_token") or config.get("top_k") or 1
-        ),
-        expert_intermediate_size=int(expert_size),
+        num_experts=experts,
+        experts_per_token=per_token,
+        expert_intermediate_size=expert_size,
         shared_intermediate_size=shared,
         dense_layers=frozenset(dense),
         expert_bias=str(config.get("model_type")) == "gpt_oss",
     )
 
 
-def _vision(config: dict[str, Any]) -> VisionTower | None:
+def _vision(config: dict[str, Any], source: str) -> VisionTower | None:
     vision = config.get("vision_config")
     if not isinstance(vision, dict) or not vision.get("hidden_size"):
         return None
+    hidden = _in_range(vision["hidden_size"], "vision_config.hidden_size", source, 1, MAX_WIDTH)
+
+    def size(key: str, default: int, least: int = 1) -> int:
+        value = vision.get(key)
+        return default if value is None else _in_range(value, f"vision_config.{key}", source, least, MAX_WIDTH)
+
     return VisionTower(
-        hidden_size=int(vision["hidden_size"]),
-        intermediate_size=int(vision.get("intermediate_size") or 4 * vision["hidden_size"]),
-        num_layers=int(vision.get("num_hidden_layers") or vision.get("depth") or 0),
-        patch_size=int(vision.get("patch_size") or 14),
-        num_channels=int(vision.get("num_channels") or 3),
+        hidden_size=hidden,
+        intermediate_size=size("intermediate_size", 4 * hidden),
+        num_layers=size("num_hidden_layers", 0, least=0) or size("depth", 0, least=0),
+        patch_size=size("patch_size", 14),
+        num_channels=size("num_channels", 3),
     )
 
 
@@ -305,7 +369,7 @@ def _ties_by_default(config: dict[str, Any]) -> bool:
     return str(config.get("model_type", "")).startswith("gemma")
 
 
-def _rope_scaling(config: dict[str, Any]) -> RopeScaling | None:
+def _rope_scaling(config: dict[str, Any], source: str) -> RopeScaling | None:
     rope = config.get("rope_scaling") or config.get("rope_parameters")  # transformers >= 5 renames it
     if isinstance(rope, dict) and rope and all(isinstance(v, dict) for v in rope.values()):
         rope = next(iter(rope.values()))  # per layer type (transformers >= 5); engines assume one factor for all
@@ -314,11 +378,12 @@ def _rope_scaling(config: dict[str, Any]) -> RopeScaling | None:
     if str(config.get("model_type", "")).startswith("gemma3"):
         # Gemma 3 declares its max_position_embeddings with the factor applied; vLLM skips it for that reason.
         return None
-    original = rope.get("original_max_position_embeddings")
     return RopeScaling(
-        rope_type=str(rope.get("rope_type") or rope.get("type") or "default"),
-        factor=float(rope.get("factor") or 1),
-        original_max_position_embeddings=int(original) if original else None,
+        rope_type=_text(str(rope.get("rope_type") or rope.get("type") or "default")),
+        factor=_ratio_of(rope, "factor", source),
+        original_max_position_embeddings=_optional(
+            rope, "original_max_position_embeddings", source, most=MAX_POSITIONS
+        ),
     )
 
 
@@ -329,10 +394,59 @@ def from_hf_config(config: dict[str, Any], source: str, name: str | None = None)
         return _from_hf_config(config, source, name)
     except ModelConfigError:
         raise
-    except (TypeError, ValueError, AttributeError, OverflowError) as error:
+    except (TypeError, ValueError, AttributeError, ArithmeticError) as error:
         # An optional key of the wrong shape (a list for a number, a number for a list): the file, not a traceback.
         wrong = _shown(error)
         raise ModelConfigError(f"{source}: a value has the wrong type or range for a config.json ({wrong})") from None
+
+
+def _heads(body: dict[str, Any], hidden: int, source: str) -> tuple[int, int, int]:
+    """Attention heads, KV heads and head_dim. KV heads share the query heads in equal groups (GQA), so a count
+    that does not divide them is a garbled file, not a model."""
+    heads = _count(body, "num_attention_heads", source, "n_head", most=MAX_HEADS)
+    kv_heads = _optional(body, "num_key_value_heads", source, most=heads) or heads
+    if heads % kv_heads:
+        raise ModelConfigError(
+            f"{source}: num_key_value_heads {kv_heads} does not divide num_attention_heads {heads} into equal "
+            f"groups; {_FIX}"
+        )
+    head_dim = _optional(body, "head_dim", source, most=MAX_HEADS) or hidden // heads
+    if head_dim < 1:
+        raise ModelConfigError(
+            f"{source}: hidden_size {hidden} / num_attention_heads {heads} leaves no head_dim; {_FIX}"
+        )
+    return heads, kv_heads, head_dim
+
+
+def _mla(body: dict[str, Any], source: str) -> MLA | None:
+    rank = _optional(body, "kv_lora_rank", source, least=0, most=MAX_WIDTH)
+    if not rank:
+        return None
+    return MLA(
+        kv_lora_rank=rank,
+        qk_rope_head_dim=_count(body, "qk_rope_head_dim", source, most=MAX_HEADS),
+        qk_nope_head_dim=_count(body, "qk_nope_head_dim", source, most=MAX_HEADS),
+        v_head_dim=_count(body, "v_head_dim", source, most=MAX_HEADS),
+        q_lora_rank=_optional(body, "q_lora_rank", source, least=0, most=MAX_WIDTH) or None,
+    )
+
+
+def _dtype(body: dict[str, Any], config: dict[str, Any], source: str) -> str:
+    key = _first(body, "torch_dtype", "dtype")
+    value = body[key] if key else config.get("torch_dtype") or "bfloat16"
+    if value not in CHECKPOINT_DTYPES:
+        raise ModelConfigError(
+            f"{source}: {key or 'torch_dtype'} is {_shown(value)}, not one of {', '.join(CHECKPOINT_DTYPES)}; {_FIX}"
+        )
+    return str(value)
+
+
+def _quantization(body: dict[str, Any], config: dict[str, Any], source: str) -> Quantization | None:
+    quant_config = body.get("quantization_config") or config.get("quantization_config")
+    try:
+        return from_config(quant_config) if quant_config else None
+    except QuantizationError as error:
+        raise ModelConfigError(f"{source}: {_text(str(error), 300)}") from None
 
 
 def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> ModelArchitecture:
@@ -342,30 +456,11 @@ def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> Mo
         body["model_type"] = text.get("model_type", config["model_type"])
     body = {**_CONFIG_DEFAULTS.get(str(body.get("model_type")), {}), **body}
     _refuse_recurrent_state(body, source)
-    hidden = _count(body, "hidden_size", source, "n_embd", "d_model")
-    layers = _count(body, "num_hidden_layers", source, "n_layer", "num_layers")
-    if layers > _MAX_LAYERS:
-        raise ModelConfigError(f"{source}: {layers} layers is more than any model has (at most {_MAX_LAYERS:,})")
-    heads = _count(body, "num_attention_heads", source, "n_head")
-    kv_heads = int(body.get("num_key_value_heads") or heads)
-    head_dim = int(body.get("head_dim") or hidden // heads)
-    max_positions = _count(body, "max_position_embeddings", source, "n_positions", "max_seq_len")
-    window = _window(body, max_positions)
-    mla = None
-    if body.get("kv_lora_rank"):
-        mla = MLA(
-            kv_lora_rank=int(body["kv_lora_rank"]),
-            qk_rope_head_dim=_count(body, "qk_rope_head_dim", source),
-            qk_nope_head_dim=_count(body, "qk_nope_head_dim", source),
-            v_head_dim=_count(body, "v_head_dim", source),
-            q_lora_rank=int(body["q_lora_rank"]) if body.get("q_lora_rank") else None,
-        )
-    quant_config = body.get("quantization_config") or config.get("quantization_config")
-    try:
-        quantization = from_config(quant_config) if quant_config else None
-    except QuantizationError as error:
-        raise ModelConfigError(f"{source}: {error}") from None
-    dtype = str(body.get("torch_dtype") or body.get("dtype") or config.get("torch_dtype") or "bfloat16")
+    hidden = _count(body, "hidden_size", source, "n_embd", "d_model", most=MAX_WIDTH)
+    layers = _count(body, "num_hidden_layers", source, "n_layer", "num_layers", most=MAX_LAYERS)
+    heads, kv_heads, head_dim = _heads(body, hidden, source)
+    max_positions = _count(body, "max_position_embeddings", source, "n_positions", "max_seq_len", most=MAX_POSITIONS)
+    window = _window(body, max_positions, source)
     return ModelArchitecture(
         name=name or str(config.get("_name_or_path") or source),
         source=source,
@@ -374,12 +469,12 @@ def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> Mo
         num_attention_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        intermediate_size=_count(body, "intermediate_size", source, "n_inner", "ffn_dim"),
-        vocab_size=_count(body, "vocab_size", source),
+        intermediate_size=_count(body, "intermediate_size", source, "n_inner", "ffn_dim", most=MAX_WIDTH),
+        vocab_size=_count(body, "vocab_size", source, most=MAX_VOCAB),
         tie_word_embeddings=bool(
             body.get("tie_word_embeddings", config.get("tie_word_embeddings", _ties_by_default(body)))
         ),
-        dtype=dtype,
+        dtype=_dtype(body, config, source),
         max_position_embeddings=max_positions,
         layer_types=_layer_types(body, layers, window, source),
         sliding_window=window,
@@ -387,9 +482,9 @@ def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> Mo
             body.get("attention_bias") or body.get("model_type") in {"qwen2", "qwen2_moe"} | _PLAIN_MLP_FAMILIES
         ),
         gated_mlp=str(body.get("model_type")) not in _PLAIN_MLP_FAMILIES,
-        moe=_moe(body, layers),
-        mla=mla,
-        quantization=quantization,
-        vision=_vision(config),
-        rope_scaling=_rope_scaling(body),
+        moe=_moe(body, layers, source),
+        mla=_mla(body, source),
+        quantization=_quantization(body, config, source),
+        vision=_vision(config, source),
+        rope_scaling=_rope_scaling(body, source),
     )

@@ -13,6 +13,7 @@ from exporter.capacity.candidates import Layout, Precision, layouts, precisions
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import blocks_per_request
 from exporter.capacity.plan import CapacityPlan, Deployment, PlanError, evaluate
+from exporter.display import shown
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def plan_fleet(
         limit = arch.context_limit(deployment.engine)
         if context_tokens > limit.tokens:
             raise PlanError(
-                f"requests of {context_tokens} tokens are longer than {arch.name}'s maximum of {limit.tokens} "
+                f"requests of {context_tokens} tokens are longer than {shown(arch.name)}'s maximum of {limit.tokens} "
                 f"tokens ({limit.derivation})"
             )
         deployment = replace(deployment, max_model_len=context_tokens)

@@ -18,6 +18,7 @@ from exporter.capacity.kv import KvLayout, KvPool, kv_dtype_bytes, kv_layout, kv
 from exporter.capacity.quantization import Quantization
 from exporter.capacity.uncertainty import kv_cache_tokens_range
 from exporter.capacity.weights import WeightBreakdown, weight_breakdown, weight_dtype_bytes
+from exporter.display import shown
 from exporter.units import format_gib
 
 ENGINES = ("vllm", "sglang")
@@ -412,14 +413,14 @@ def check_inputs(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment) -> None:
     if d.vllm_version is not None and d.engine == "sglang":
         raise PlanError("--vllm-version models an older vLLM; drop it with --engine sglang")
     if d.expert_parallel and arch.moe is None:
-        raise PlanError(f"--enable-expert-parallel: {arch.name} has no MoE experts to split; drop the flag")
+        raise PlanError(f"--enable-expert-parallel: {shown(arch.name)} has no MoE experts to split; drop the flag")
     limit = arch.context_limit(d.engine)
     if d.max_model_len is not None and d.max_model_len > limit.tokens:
         override = (
             "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" if d.engine == "sglang" else "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
         )
         raise PlanError(
-            f"--max-model-len {d.max_model_len} is above {arch.name}'s maximum of {limit.tokens} tokens "
+            f"--max-model-len {d.max_model_len} is above {shown(arch.name)}'s maximum of {limit.tokens} tokens "
             f"({limit.derivation}); {d.engine} refuses it unless {override} is set, and the model's "
             f"output past its trained length is unreliable. Use --max-model-len {limit.tokens} or less"
         )

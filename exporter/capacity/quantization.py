@@ -46,6 +46,34 @@ class Quantization:
         return f"{self.method} ({self.bits}-bit, {self.bytes_per_weight:.4g} bytes/weight)"
 
 
+# Bits a packed integer or float weight may have: 2, 3, 4 and 8 are published; past 16 nothing is quantized.
+_MOST_BITS = 16
+# A group or block of weights sharing one scale: 32 to 128 are published; past this it is a garbled file.
+_MOST_GROUP = 1_048_576
+
+
+def _whole_in(value: object, key: str, least: int, most: int) -> int:
+    """A quantization_config number, checked as the file gives it: the message names the key and the range."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise QuantizationError(f"quantization_config.{key} is {value!r}, not a whole number")
+    if not least <= value <= most:
+        raise QuantizationError(f"quantization_config.{key} is {value!r}, not from {least} to {most:,}")
+    return int(value)
+
+
+def _bits(config: dict[str, Any], key: str, default: int) -> int:
+    return _whole_in(config.get(key, default), key, 1, _MOST_BITS)
+
+
+def _group(config: dict[str, Any], *keys: str, default: int | None = None) -> int | None:
+    """The group size under the first of `keys` the config has; null, -1 and 0 are the ways GPTQ and AWQ write one
+    scale per output channel."""
+    key = next((k for k in keys if k in config), None)
+    if key is None:
+        return default
+    return None if config[key] is None else _whole_in(config[key], key, -1, _MOST_GROUP)
+
+
 def _int_bits(bits: int, group_size: int | None, scale_bytes: float = 2.0, zero_points: bool = True) -> float:
     """Packed b-bit integers plus one scale (fp16) and, unless symmetric, one packed zero point per group."""
     weight = bits / 8
@@ -56,7 +84,8 @@ def _int_bits(bits: int, group_size: int | None, scale_bytes: float = 2.0, zero_
 
 def _fp8(block: list[int] | None) -> float:
     if block:
-        return 1 + 4 / (block[0] * block[1])  # one fp32 scale per block
+        rows, columns = (_whole_in(side, "weight_block_size[]", 1, _MOST_GROUP) for side in block[:2])
+        return 1 + 4 / (rows * columns)  # one fp32 scale per block
     return 1.0
 
 
@@ -91,8 +120,8 @@ def from_config(config: dict[str, Any]) -> Quantization:
     if method in {"fp8", "fbgemm_fp8"}:
         return Quantization("fp8", 8, _fp8(config.get("weight_block_size")))
     if method in {"awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round"}:
-        bits = int(config.get("bits", config.get("w_bit", 4)))
-        group = config.get("group_size", config.get("q_group_size", 128))
+        bits = _bits(config, "bits" if "bits" in config else "w_bit", 4)
+        group = _group(config, "group_size", "q_group_size", default=128)
         if method.startswith("awq"):
             zero_points = bool(config.get("zero_point", True))
         else:  # GPTQ: Marlin drops the zero points of symmetric checkpoints
@@ -123,11 +152,11 @@ def _compressed_tensors(config: dict[str, Any]) -> Quantization:
     if not groups:
         raise QuantizationError("quantization_config.config_groups is missing for compressed-tensors")
     weights = next(iter(groups.values())).get("weights") or {}
-    bits = int(weights.get("num_bits", 8))
+    bits = _bits(weights, "num_bits", 8)
     if weights.get("type") == "float":
         if bits == 8:
             block = weights.get("block_structure") if weights.get("strategy") == "block" else None
             return Quantization("fp8", 8, _fp8(block))
         return Quantization("nvfp4", bits, 0.5 + 1 / 16)
     zero_points = not bool(weights.get("symmetric", True))
-    return Quantization("int", bits, _int_bits(bits, weights.get("group_size"), zero_points=zero_points))
+    return Quantization("int", bits, _int_bits(bits, _group(weights, "group_size"), zero_points=zero_points))

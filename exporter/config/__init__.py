@@ -8,6 +8,7 @@ check one field's value and reader walks a mapping collecting problems; targets,
 autoscaling and pricing each read one section; document reads the whole file. The names below are the API.
 """
 
+from exporter.config.autoscaling import check_model_labels
 from exporter.config.discovery import SCAN_PORTS, engine_problem, parse_target_file, scan_targets
 from exporter.config.document import check_config, check_config_file, load_config, parse_config
 from exporter.config.loading import load_yaml, load_yaml_documents, read_config_text
@@ -28,6 +29,7 @@ from exporter.config.model import (
     restart_required,
 )
 from exporter.config.validators import (
+    label_value,
     readable_file,
     redact_url,
     validate_boolean,
@@ -53,7 +55,9 @@ __all__ = [
     "Target",
     "check_config",
     "check_config_file",
+    "check_model_labels",
     "engine_problem",
+    "label_value",
     "load_config",
     "load_yaml",
     "load_yaml_documents",

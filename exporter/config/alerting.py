@@ -28,21 +28,29 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
 def _runbook_url(value: Any) -> str:
-    """An http(s) page; anchors are appended, so the URL must not carry its own."""
+    """An http(s) page; anchors are appended, so the URL must not carry its own. It becomes each alert's
+    runbook_url annotation, which Prometheus expands as a Go template."""
     text = text_value("the URL of the runbook, such as https://example.com/RUNBOOK.md")(value)
     parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{shown(text)} is not an http(s) URL (expected e.g. https://example.com/RUNBOOK.md)")
+    if parts.scheme not in ("http", "https") or not parts.netloc or not text.isprintable():
+        raise ValueError(
+            f"{shown(text)} is not an http(s) URL on one line (expected e.g. https://example.com/RUNBOOK.md)"
+        )
+    if "{{" in text or "}}" in text:
+        raise ValueError(f"{shown(text)} holds {{{{ or }}}}: Prometheus would read it as a template; write %7B or %7D")
     if parts.fragment or text.endswith("#"):
         raise ValueError(f"{shown(text)} has a #fragment; give the page: each alert adds #<its name, lowercased>")
     return text
 
 
 def _job_regex(value: Any) -> str:
-    """A regex written inside a PromQL string (job=~"..."): it must compile and hold no quote or backslash."""
+    """A regex written inside a PromQL string (job=~"...") and a comment of the monitors: it must compile and hold
+    no quote, backslash, line break or other control character."""
     text = text_value("a regex on the scrape job name, such as .*plimsoll.*")(value)
-    if not text or any(c in text for c in '"\\'):
-        raise ValueError(f"{shown(text)} must be a non-empty regex without quotes or backslashes")
+    if not text or any(c in text for c in '"\\') or not text.isprintable():
+        raise ValueError(
+            f"{shown(text)} must be a non-empty regex without quotes or backslashes, on one line of printable text"
+        )
     try:
         re.compile(text)
     except re.error as error:

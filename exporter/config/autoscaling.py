@@ -4,9 +4,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from exporter.config.model import AutoscalingConfig, ScaledWorkload
+from exporter.config.model import AutoscalingConfig, ConfigError, ScaledWorkload
 from exporter.config.reader import Reader
 from exporter.config.validators import (
+    label_value,
     one_of,
     shown,
     text_value,
@@ -31,14 +32,20 @@ WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 # A Kubernetes object name (DNS-1123 subdomain) and namespace (DNS-1123 label).
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_MODEL_LABEL = label_value("the model label its engine series carry, such as meta-llama/Llama-3.1-8B-Instruct")
 
 
-def _model_label(value: Any) -> str:
-    """A `model` label value, written inside a PromQL string: no quote or backslash."""
-    text = text_value("the model label its engine series carry, such as meta-llama/Llama-3.1-8B-Instruct")(value)
-    if not text or any(c in text for c in '"\\\n'):
-        raise ValueError(f"{shown(text)} must be a non-empty model label without quotes, backslashes or newlines")
-    return text
+def check_model_labels(section: AutoscalingConfig) -> None:
+    """Raises ConfigError naming each workload whose model is not a label value. The generators write the model into
+    YAML, PromQL and query templates; a Config built in code rather than read from a file gets the same refusal."""
+    problems = []
+    for index, workload in enumerate(section.workloads):
+        try:
+            _MODEL_LABEL(workload.model)
+        except ValueError as error:
+            problems.append(f"autoscaling.workloads[{index}].model: {error}")
+    if problems:
+        raise ConfigError(problems)
 
 
 def _kubernetes_name(pattern: re.Pattern[str], what: str) -> Callable[[Any], str]:
@@ -58,7 +65,7 @@ def _workload(r: Reader, raw: Any, path: str) -> ScaledWorkload | None:
     for key in ("model", "name", "namespace", "max_replicas"):
         if data.get(key) is None:
             r.fail(f"{p}{key}", "missing (every workload needs model, name, namespace and max_replicas)")
-    model = r.convert(data, "model", p, _model_label, None)
+    model = r.convert(data, "model", p, _MODEL_LABEL, None)
     name = r.convert(data, "name", p, _kubernetes_name(_OBJECT_NAME, "a Kubernetes object name"), None)
     namespace = r.convert(data, "namespace", p, _kubernetes_name(_NAMESPACE, "a Kubernetes namespace"), None)
     # At least 1: an HPA cannot scale to zero (without a feature gate), and an LLM replica takes minutes to start.

@@ -7,7 +7,15 @@ from typing import Any
 from exporter.config.loading import load_yaml
 from exporter.config.model import ENGINE_NAMES, ConfigError, KubernetesDiscovery, Target
 from exporter.config.reader import Reader
-from exporter.config.validators import one_of, shown, text_value, validate_boolean, validate_duration, validate_url
+from exporter.config.validators import (
+    label_value,
+    one_of,
+    shown,
+    text_value,
+    validate_boolean,
+    validate_duration,
+    validate_url,
+)
 from exporter.units import value_kind
 
 # Ports the engines listen on by default: vLLM/NIM/TGI-docker 8000, SGLang 30000, Triton metrics 8002,
@@ -99,8 +107,8 @@ def parse_target_file(text: str, source: str) -> tuple[Target, ...]:
         p = f"[{i}].labels."
         path = r.convert(labels, "__metrics_path__", p, text_value("a URL path such as /metrics"), "/metrics")
         scheme = r.convert(labels, "__scheme__", p, one_of(("http", "https")), "http")
-        name_label = r.convert(labels, "target", p, text_value("a target name"), None)
-        model = r.convert(labels, "model", p, text_value("a model preset or the path of a config.json"), None)
+        name_label = r.convert(labels, "target", p, label_value("a target name"), None)
+        model = r.convert(labels, "model", p, label_value("a model preset or the path of a config.json"), None)
         engine = labels.get("engine", "auto")
         bad_engine = engine_problem(engine)
         problem = f"{source}: [{i}].labels.engine: {bad_engine}" if bad_engine else None

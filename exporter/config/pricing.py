@@ -4,10 +4,11 @@ from typing import Any
 
 from exporter.catalog import gpu_presets
 from exporter.config.reader import Reader
-from exporter.config.validators import shown, validate_number
+from exporter.config.validators import label_value, shown, validate_number
 from exporter.units import value_kind
 
 _NVML_NAME_PREFIXES = ("NVIDIA ", "Tesla ", "Quadro ")
+_GPU_LABEL = label_value("a GPU type (a preset or NVML product name)")
 
 
 def validate_gpu_hour_prices(value: Any) -> tuple[tuple[str, float], ...]:
@@ -17,6 +18,11 @@ def validate_gpu_hour_prices(value: Any) -> tuple[tuple[str, float], ...]:
     for gpu, price in value.items():
         if not isinstance(gpu, str) or not gpu.strip():
             problems.append(f"{shown(gpu)} is not a GPU type (a preset or NVML product name)")
+            continue
+        try:
+            _GPU_LABEL(gpu)  # matched against NVML names and quoted in messages: one printable line, like them
+        except ValueError as error:
+            problems.append(str(error))
             continue
         if not gpu.startswith(_NVML_NAME_PREFIXES) and not any(preset.matches(gpu) for preset in gpu_presets()):
             # A typo here would silently leave every GPU of that type unpriced (no cost series at all).

@@ -9,6 +9,7 @@ from exporter.capacity.plan import Deployment
 from exporter.config.model import ENGINE_NAMES, BasicAuth, Target
 from exporter.config.reader import Reader
 from exporter.config.validators import (
+    label_value,
     one_of,
     readable_file,
     shown,
@@ -125,10 +126,10 @@ def _target(r: Reader, raw: Any, path: str, base: Path) -> Target:
     if data.get("basic_auth") is not None and data.get("bearer_token_file") is not None:
         r.fail(f"{p}bearer_token_file", "give basic_auth or bearer_token_file, not both (one Authorization header)")
     return Target(
-        name=r.convert(data, "name", p, text_value("a target name"), None) or urlsplit(target_url).netloc or path,
+        name=r.convert(data, "name", p, label_value("a target name"), None) or urlsplit(target_url).netloc or path,
         url=target_url,
         engine=r.convert(data, "engine", p, one_of(ENGINE_NAMES), "auto"),
-        model=r.convert(data, "model", p, text_value("a model preset or the path of a config.json"), None),
+        model=r.convert(data, "model", p, label_value("a model preset or the path of a config.json"), None),
         gpus=gpus,
         gpu_type=r.convert(data, "gpu_type", p, text_value("a GPU preset such as H100"), None),
         deployment=deployment,

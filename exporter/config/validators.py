@@ -13,6 +13,11 @@ from exporter.config.model import DEFAULT_PORT
 from exporter.units import parse_duration, value_kind
 
 _SHOWN_CHARS = 80  # of a bad value quoted in a message: a 1 MiB label value is not repeated whole
+_MAX_LABEL_VALUE_CHARS = 256
+_LABEL_VALUE_RULE = (
+    f"a label value is printable text of 1 to {_MAX_LABEL_VALUE_CHARS} characters, without line breaks, tabs or other "
+    "control characters, and without << or >> (prometheus-adapter's template delimiters)"
+)
 
 
 def redact_url(url: str) -> str:
@@ -99,6 +104,20 @@ def text_value(what: str) -> Callable[[Any], str]:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise ValueError(f"expected {what}, got {value_kind(value)}")
         return str(value)
+
+    return check
+
+
+def label_value(what: str) -> Callable[[Any], str]:
+    """A check of text that becomes a label value (a model name, a target name). Such a value is written into YAML,
+    comments, PromQL strings and prometheus-adapter's query templates: a line break or control character (NEL and
+    U+2028 included) ends a comment or a YAML scalar, NUL makes a YAML file unreadable, and << starts a template."""
+
+    def check(value: Any) -> str:
+        text = text_value(what)(value)
+        if not 0 < len(text) <= _MAX_LABEL_VALUE_CHARS or not text.isprintable() or "<<" in text or ">>" in text:
+            raise ValueError(f"{shown(text)} is not a usable label value ({_LABEL_VALUE_RULE})")
+        return text
 
     return check
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from exporter.config import AlertingConfig, AutoscalingConfig, Config, ScaledWorkload, SloConfig
+from exporter.config import AlertingConfig, AutoscalingConfig, Config, ScaledWorkload, SloConfig, check_model_labels
 from exporter.generate import Artifact
 from exporter.slo import BurnWindow, burn_rate_factors
 
@@ -390,6 +390,12 @@ def _exporter_group(alerting: AlertingConfig) -> dict[str, Any]:
     return {"name": GROUP_EXPORTER, "rules": [down, nvml, absent]}
 
 
+def promql_string(text: str) -> str:
+    """`text` as a PromQL string literal. A label value may hold quotes and backslashes; never a line break or other
+    control character (exporter.config.label_value refuses them), so these two escapes are all it needs."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def capacity_source(workload: ScaledWorkload) -> str:
     """Where a replica's capacity comes from: the measured knee, else the capacity model (the `source` label)."""
     return "knee" if workload.knee_concurrency is not None else "model"
@@ -402,7 +408,7 @@ def _capacity_rule(workload: ScaledWorkload, margin: float) -> dict[str, Any]:
     else:
         # What each rank's KV pool holds of its p95 request footprint, added up over a replica's data-parallel
         # ranks (each has a pool of its own), averaged over the model's replicas.
-        selector = f'model="{workload.model}"'
+        selector = f"model={promql_string(workload.model)}"
         expr = (
             "avg by (model) (\n"
             f"  sum by ({REPLICA}) (\n"
@@ -416,7 +422,7 @@ def _capacity_rule(workload: ScaledWorkload, margin: float) -> dict[str, Any]:
 
 
 def _needed_rule(workload: ScaledWorkload) -> dict[str, Any]:
-    selector = f'{{model="{workload.model}"}}'
+    selector = f"{{model={promql_string(workload.model)}}}"
     return {
         "record": NEEDED_RECORD,
         "expr": (
@@ -519,6 +525,7 @@ def groups(config: Config) -> list[dict[str, Any]]:
         found.append(_slo_group(config))
     found.append(_exporter_group(config.alerting))
     if config.autoscaling is not None:
+        check_model_labels(config.autoscaling)
         found.append(_autoscaling_group(config.autoscaling))
         found.append(_autoscaling_alerts(config, config.autoscaling))
     if config.gpu_hour_prices:

@@ -6,12 +6,18 @@ needed. Whatever goes wrong becomes the record's `error`; `send` never raises fo
 
 An answer with no text is an error ("empty answer"), and so is one shorter than `max_tokens` by the server's own
 count ("short answer") unless the caller accepts early stops: a server that stops generating must not pass an
-ITL objective it never had to meet.
+ITL objective it never had to meet. A count no honest server gives (far past `max_tokens`) is an error too, never
+a number the throughput is computed from.
+
+Redirects are not followed: the request carries the API key, and a server that points elsewhere has its answer
+recorded as its status with where it pointed. A 429 or 503's Retry-After is read (bounded) for the caller to wait.
 """
 
 import asyncio
 import json
+import math
 import time
+from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +40,16 @@ Prompt = str | tuple[Message, ...]
 _ERROR_BODY_BYTES = 4096
 # One event line may be long (a chunk with logprobs), but not unbounded.
 _MAX_LINE_BYTES = 1 << 20
+# A server may count a token or two more than it was asked for (an end-of-sequence token); twice as many is no
+# miscount, and such a count would make the step's throughput whatever the server chose.
+_MAX_OUTPUT_SHARE = 2
+# Longer than any model's context: a prompt count past it is the server's invention.
+_MAX_PROMPT_TOKENS = 100_000_000
+_IMPLAUSIBLE = "bad response: implausible usage"
+# The longest pause a server's Retry-After may impose on a worker: the step goes on being measured meanwhile.
+MAX_RETRY_AFTER_SECONDS = 10.0
+# The statuses a server answers when it wants the client to come back later.
+_RETRY_STATUSES = frozenset({429, 503})
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,7 @@ class Failure:
 
     reason: str
     detail: str = ""
+    retry_after_seconds: float | None = None  # a 429 or 503's Retry-After, bounded: wait so long before the next
 
 
 def request_body(endpoint: Endpoint, model: str, prompt: Prompt, max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
@@ -80,11 +97,14 @@ def request_body(endpoint: Endpoint, model: str, prompt: Prompt, max_tokens: int
 class _Stream:
     """What the chunks of one stream said so far."""
 
-    def __init__(self, started: float) -> None:
+    def __init__(self, started: float, max_tokens: int) -> None:
         self.started = started
+        self.max_tokens = max_tokens
         self.last_text_at: float | None = None
         self.ttft: float | None = None
-        self.gaps: list[float] = []
+        # 4 bytes a token, not a float object's 32: a long answer at high concurrency holds a gap for every token.
+        # Single precision is a microsecond at a minute's gap, far below what a network stream measures.
+        self.gaps = array("f")
         self.prompt_tokens: int | None = None
         self.output_tokens: int | None = None
         self.done = False
@@ -96,23 +116,31 @@ class _Stream:
             error = payload["error"]
             message = error.get("message", "") if isinstance(error, dict) else str(error)
             return Failure("bad response: error in stream", str(message)[:200])
-        usage = payload.get("usage")
-        if isinstance(usage, dict):
-            self.prompt_tokens = _count(usage.get("prompt_tokens"))
-            self.output_tokens = _count(usage.get("completion_tokens"))
         if _has_text(kind, payload.get("choices")):
             if self.last_text_at is None:
                 self.ttft = now - self.started
             else:
                 self.gaps.append(now - self.last_text_at)
             self.last_text_at = now
+        usage = payload.get("usage")
+        return self._usage(usage) if isinstance(usage, dict) else None
+
+    def _usage(self, usage: dict[str, Any]) -> Failure | None:
+        """The server's counts, or a failure where they cannot be true: no count is kept then, so no throughput is
+        computed from a number the server chose. The counts are not repeated: they may be thousands of digits."""
+        prompt_tokens, output_tokens = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+        if output_tokens is not None and output_tokens > _MAX_OUTPUT_SHARE * self.max_tokens:
+            return Failure(_IMPLAUSIBLE, f"completion_tokens over {_MAX_OUTPUT_SHARE} x max_tokens ({self.max_tokens})")
+        if prompt_tokens is not None and prompt_tokens > _MAX_PROMPT_TOKENS:
+            return Failure(_IMPLAUSIBLE, f"prompt_tokens over {_MAX_PROMPT_TOKENS:,}")
+        self.prompt_tokens, self.output_tokens = prompt_tokens, output_tokens
         return None
 
     def record(self, sent_at: float, now: float, failure: Failure | None) -> RequestRecord:
         return RequestRecord(
             sent_at=sent_at,
             ttft_seconds=self.ttft,
-            itl_seconds=tuple(self.gaps),
+            itl_seconds=self.gaps,
             e2e_seconds=None if failure else now - self.started,
             prompt_tokens=self.prompt_tokens,
             output_tokens=self.output_tokens,
@@ -127,6 +155,18 @@ def _incomplete(stream: _Stream, max_tokens: int, allow_short: bool) -> Failure 
     if not allow_short and stream.output_tokens is not None and stream.output_tokens < max_tokens:
         return Failure("short answer", f"{stream.output_tokens} of {max_tokens} tokens")
     return None
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A Retry-After header in seconds, cut to MAX_RETRY_AFTER_SECONDS; None where it is absent or not a number
+    of seconds (an HTTP date is not read: a server that is back at a date is not a load-test's to wait for)."""
+    try:
+        seconds = float(value) if value is not None else math.nan
+    except ValueError:
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return min(seconds, MAX_RETRY_AFTER_SECONDS)
 
 
 def _count(value: Any) -> int | None:
@@ -161,38 +201,10 @@ async def send(
     ignore_eos: bool = False,
     allow_short: bool = False,
     clock: Callable[[], float] = time.monotonic,
-) -> RequestRecord:
-    """Send one streamed request and measure it; `sent_at` is stored as given (the caller's step clock)."""
-    record, _ = await send_explained(
-        session,
-        endpoint,
-        model,
-        prompt,
-        max_tokens,
-        limits,
-        sent_at=sent_at,
-        ignore_eos=ignore_eos,
-        allow_short=allow_short,
-        clock=clock,
-    )
-    return record
-
-
-async def send_explained(
-    session: aiohttp.ClientSession,
-    endpoint: Endpoint,
-    model: str,
-    prompt: Prompt,
-    max_tokens: int,
-    limits: Limits,
-    *,
-    sent_at: float = 0.0,
-    ignore_eos: bool = False,
-    allow_short: bool = False,
-    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[RequestRecord, Failure | None]:
-    """`send`, also returning the failure with the server's own words (the preflight check explains them)."""
-    stream = _Stream(clock())
+    """Send one streamed request and measure it; `sent_at` is stored as given (the caller's step clock). Also the
+    failure with the server's own words (the preflight explains them) and its Retry-After (a worker waits it)."""
+    stream = _Stream(clock(), max_tokens)
     body = request_body(endpoint, model, prompt, max_tokens, ignore_eos)
     try:
         async with asyncio.timeout(limits.total_seconds):
@@ -216,9 +228,9 @@ async def _exchange(
     stream: _Stream,
     clock: Callable[[], float],
 ) -> Failure | None:
-    async with session.post(endpoint.url, json=body, headers=endpoint.headers) as response:
+    async with session.post(endpoint.url, json=body, headers=endpoint.headers, allow_redirects=False) as response:
         if response.status != 200:
-            return Failure(f"http {response.status}", await _error_message(response))
+            return await _http_failure(response)
         if "json" in response.headers.get("Content-Type", ""):
             return Failure("not streaming", "the server answered one JSON body, not an event stream")
         # One timer rescheduled per read, not a wait_for per line: at hundreds of streams a task per line is what
@@ -255,7 +267,7 @@ async def _read_events(
             return Failure("bad response: stream ended before [DONE]")
         now = clock()
         *lines, pending = (pending + received).split(b"\n")
-        if len(pending) > _MAX_LINE_BYTES:
+        if max(map(len, [pending, *lines])) > _MAX_LINE_BYTES:
             return Failure("bad response: a line over 1 MiB")
         for line in lines:
             failure = _event_line(line, kind, stream, now)
@@ -283,6 +295,16 @@ def _event_line(line: bytes, kind: str, stream: _Stream, now: float) -> Failure 
     except RecursionError:
         return Failure("bad response: a chunk nested too deeply to read")
     return stream.chunk(kind, payload, now)
+
+
+async def _http_failure(response: aiohttp.ClientResponse) -> Failure:
+    """A non-200 answer: its status as the reason; where it redirected to, or the server's message, as detail."""
+    reason = f"http {response.status}"
+    if 300 <= response.status < 400:
+        location = response.headers.get("Location", "nowhere")[:200]
+        return Failure(reason, f"redirected to {location} (loadtest does not follow redirects)")
+    retry = retry_after_seconds(response.headers.get("Retry-After")) if response.status in _RETRY_STATUSES else None
+    return Failure(reason, await _error_message(response), retry)
 
 
 async def _error_message(response: aiohttp.ClientResponse) -> str:

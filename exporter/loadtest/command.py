@@ -3,7 +3,7 @@
 Everything that can be refused without sending a request (SLOs, workload, model, config) is checked first and
 raised as a ValueError naming the flag (exit 2). The run then checks the server with one request (exit 1 with the
 reason when it cannot be load-tested), searches for the knee while showing each step, and writes result.json,
-report.html and thresholds.yaml, also after Ctrl-C (exit 130) so a partial run is never lost.
+report.html and thresholds.yaml, also after Ctrl-C or SIGTERM (exit 130) so a partial run is never lost.
 """
 
 import argparse
@@ -15,11 +15,13 @@ import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from rich.console import Console
 
 from exporter.capacity.plan import CapacityPlan
 from exporter.config import Config, ConfigError, Target, load_config, validate_duration
+from exporter.display import plain, shown
 from exporter.loadtest import runner, workload
 from exporter.loadtest.measure import SloSpec
 from exporter.loadtest.model import model_prediction
@@ -38,7 +40,7 @@ from exporter.target_model import model_plan, resolve
 
 EXIT_KNEE = 0
 EXIT_NO_ANSWER = 1
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C; a SIGTERM'd run is as interrupted
 _SLO_NAMES = ("ttft", "itl")
 # One process sends about 1,300 requests/s of 32 tokens on one core (bench/loadgen_bench.py); ten times that is
 # surely past it, and every arrival over the in-flight cap is a record kept in memory.
@@ -263,8 +265,19 @@ def _writable_dir(path: Path, flag: str = "--out") -> Path:
 def _checked_url(url: str | None, flag: str = "--url") -> str:
     if not url:
         raise LoadtestInputError(f"{flag} is required: the server's base URL, e.g. http://127.0.0.1:8000")
-    if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1].strip("/")) == 0:
-        raise LoadtestInputError(f"{flag}: {url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- read for its ValueError: a port that is no number, or out of range
+    except ValueError:  # that, or a bracket left open
+        parts = None
+    if "@" in (parts.netloc if parts is not None else url):
+        # Refused as the daemon refuses it, and without repeating the URL: it holds the password.
+        raise LoadtestInputError(
+            f"{flag}: credentials in the URL would be written into result.json, report.html and logs: give the URL "
+            "without them, and the API key with --api-key-file FILE or PLIMSOLL_API_KEY"
+        )
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise LoadtestInputError(f"{flag}: {shown(url)!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
     return url.rstrip("/")
 
 
@@ -284,7 +297,7 @@ def run_loadtest(settings: LoadtestSettings) -> int:
         try:
             outcome = asyncio.run(run_steps(settings.run, settings.search, progress))
         except runner.LoadtestError as error:
-            print(f"plimsoll loadtest: {error}", file=sys.stderr)
+            print(f"plimsoll loadtest: {shown(str(error))}", file=sys.stderr)
             return EXIT_NO_ANSWER
         except KeyboardInterrupt:
             # Ctrl-C before the first step (while the server was being checked): nothing was measured.
@@ -310,9 +323,9 @@ def run_loadtest(settings: LoadtestSettings) -> int:
             output.width = _TABLE_WIDTH
         output.print(result_table(document))
         for line in summary_lines(document, _paths(written)):
-            output.print(line)
+            output.print(plain(line))  # the notes hold the server's words
     for message in messages:
-        print(f"plimsoll loadtest: {message}", file=sys.stderr)
+        print(f"plimsoll loadtest: {shown(message)}", file=sys.stderr)
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_KNEE if outcome.search.operating_point is not None else EXIT_NO_ANSWER

@@ -20,8 +20,9 @@ search adds the throughput plateau, which needs the steps around it (exporter.lo
 """
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 from exporter.loadtest.measure import EngineSample, OfferedLoad, RequestRecord, SloSpec, StepRun
@@ -189,6 +190,8 @@ class StepSummary(OfferedLoad):
     engine: tuple[EngineSample, ...]
     engine_error: str | None
     offered_rate: float | None = None  # open loop: requests/s offered (None: closed loop)
+    # How many requests failed for each reason ("http 429": 12), most frequent first: what `errors` counts.
+    error_reasons: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def engine_saturated(self) -> bool:
@@ -293,6 +296,7 @@ def summarize(run: StepRun, slos: SloSpec) -> StepSummary:
         interrupted=run.interrupted,
         engine=run.engine,
         engine_error=run.engine_error,
+        error_reasons=dict(Counter(record.error for record in records if record.error is not None).most_common()),
     )
 
 

@@ -31,7 +31,7 @@ class RequestRecord:
 
     sent_at: float
     ttft_seconds: float | None  # None when no token arrived
-    itl_seconds: tuple[float, ...]  # every gap between streamed chunks that carried tokens
+    itl_seconds: Sequence[float]  # every gap between streamed chunks that carried tokens (an array: 4 B a gap)
     e2e_seconds: float | None  # None when it did not complete
     prompt_tokens: int | None  # from the server's usage (stream_options.include_usage)
     output_tokens: int | None

@@ -12,7 +12,9 @@ from typing import Any
 from rich.console import Console
 from rich.status import Status
 from rich.table import Table
+from rich.text import Text
 
+from exporter.display import plain
 from exporter.loadtest.judge import StepSummary
 from exporter.loadtest.measure import describe_load, open_loop, step_load
 
@@ -38,8 +40,8 @@ def verdict_text(verdict: str, passed: bool, interrupted: bool) -> str:
     return verdict
 
 
-def step_line(step: StepSummary) -> str:
-    """One finished step, as rich markup: the load, what the client measured, what the engine said, the verdict."""
+def step_line(step: StepSummary) -> Text:
+    """One finished step: the load, what the client measured, what the engine said, the verdict in its colour."""
     attainment = (
         "-"
         if step.slo_attainment is None
@@ -49,12 +51,13 @@ def step_line(step: StepSummary) -> str:
     errors = f" errors {step.errors}" if step.errors else ""
     early = f"  ({step.ended_early})" if step.ended_early else ""
     saturated = "  saturated" if step.engine_saturated else ""
-    return (
+    line = plain(
         f"{_step_load(step)}  requests {step.requests:>4}{errors}  {step.request_rate:.1f} req/s  "
         f"attainment {attainment}  TTFT p99 {_ms(step.ttft_p99_seconds)}  ITL p99 {_ms(step.itl_p99_seconds)}  "
         f"KV {_percent(step.kv_cache_usage_ratio)}  waiting {_number(step.requests_waiting)}{saturated}  "
-        f"[{style}]{verdict_text(step.verdict, step.passed, step.interrupted)}[/{style}]{early}"
     )
+    line.append(verdict_text(step.verdict, step.passed, step.interrupted), style=style)
+    return line.append(plain(early))
 
 
 def _step_load(step: StepSummary) -> str:
@@ -167,7 +170,7 @@ class Progress:
         self._stop_status()
 
     def message(self, text: str) -> None:
-        self._console.print(text, highlight=False)
+        self._console.print(plain(text), highlight=False)  # it holds the server's words (the model id)
 
     def step_started(self, load: str, seconds: float) -> None:
         self._stop_status()

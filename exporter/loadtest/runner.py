@@ -3,12 +3,15 @@
 A step runs a warm-up (requests sent then are discarded) over which the workers start one by one, then the
 measured part for the step duration. Every request sent in the measured part is awaited to its end (each bounded
 by its timeout), also when the step ends early, so a slow request is a miss, never dropped: a step ends early only
-when the caller finds it certainly failing, and then the run's time limit and Ctrl-C are the only things that cut
-requests short. After the step the engine is given time to return to the load it had before the run (`settle`).
+when the caller finds it certainly failing, and then the run's time limit and Ctrl-C (or SIGTERM) are the only
+things that cut requests short. A worker answered 429 or 503 with a Retry-After waits that long (bounded) before
+its next request, or until the step stops sending. After the step the engine is given time to return to the load
+it had before the run (`settle`).
 """
 
 import asyncio
 import contextlib
+import json
 import math
 import random
 import signal
@@ -21,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
-from exporter.loadtest.client import ENDPOINT_PATHS, Endpoint, Limits, send, send_explained
+from exporter.loadtest.client import ENDPOINT_PATHS, Endpoint, Failure, Limits, send
 from exporter.loadtest.judge import MAX_EXTENSION
 from exporter.loadtest.measure import EngineSample, RequestRecord, StepRun
 from exporter.loadtest.watch import EngineRead, read_engine, watch
@@ -39,6 +42,10 @@ CLIENT_ERROR = "client error"
 OVER_THE_CAP = "not sent: too many in flight"
 # While waiting for the server to be ready, and for the engine to be idle between steps: how often to ask.
 POLL_SECONDS = 0.5
+# GET /v1/models is read this far at most: thousands of models' entries, never a server's whole memory.
+MAX_MODELS_BYTES = 8 << 20
+# Longer than any model's name (a path on a hub, an adapter's): the id is sent with every request and shown.
+MAX_MODEL_ID_CHARS = 1024
 
 # Given the measured requests and the send time of the oldest one still in flight (None: none is): a reason to
 # end the step now (certainly failing), else None.
@@ -136,25 +143,32 @@ class Run:
         return None if sample is None else sample.requests_in_engine
 
     def interrupt(self) -> None:
-        """Ctrl-C: the step in progress ends now with what it has."""
+        """Ctrl-C or SIGTERM: the step in progress ends now with what it has."""
         self.interrupted.set()
+
+
+# Ctrl-C, and what a supervisor (systemd, Kubernetes, a CI job's timeout) sends to stop a process.
+_STOPS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
 def ctrl_c_interrupts(interrupt: Callable[[], None]) -> Iterator[None]:
-    """While the steps run, Ctrl-C (or SIGINT) ends the step in progress instead of killing the process, so what
-    was measured is written; a second Ctrl-C is the usual immediate stop. Call it inside the running loop."""
+    """While the steps run, Ctrl-C (SIGINT) or SIGTERM ends the step in progress instead of killing the process,
+    so what was measured is written; a second one is the usual immediate stop. Call it inside the running loop."""
     loop = asyncio.get_running_loop()
 
     def first() -> None:
         interrupt()
-        loop.remove_signal_handler(signal.SIGINT)
+        for stop in _STOPS:
+            loop.remove_signal_handler(stop)
 
-    loop.add_signal_handler(signal.SIGINT, first)
+    for stop in _STOPS:
+        loop.add_signal_handler(stop, first)
     try:
         yield
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        for stop in _STOPS:
+            loop.remove_signal_handler(stop)
 
 
 @asynccontextmanager
@@ -226,14 +240,14 @@ async def served_models(
             session.get(url, headers=headers or {}) as response,
         ):
             status = response.status
-            payload = await response.json(content_type=None) if status == 200 else None
+            payload = await _bounded_json(response, url, MAX_MODELS_BYTES) if status == 200 else None
     except TimeoutError:
         raise LoadtestError(f"{base_url} did not answer GET /v1/models within {PREFLIGHT_TIMEOUT_SECONDS:g}s") from None
     except aiohttp.ClientConnectorError as error:
         raise LoadtestError(_unreachable(base_url, error)) from None
     except (aiohttp.ClientError, OSError) as error:
         raise LoadtestError(f"{base_url}: GET /v1/models failed: {type(error).__name__}: {error}") from None
-    except ValueError:
+    except (ValueError, RecursionError):
         raise LoadtestError(f"{url} did not answer JSON: is this an OpenAI-compatible server?") from None
     if status in (401, 403):
         raise LoadtestError(_credentials(base_url, status))
@@ -245,7 +259,23 @@ async def served_models(
     ids = tuple(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)) if data else ()
     if not ids:
         raise LoadtestError(f"{url} lists no models: is the server still loading one?")
+    longest = max(ids, key=len)
+    if len(longest) > MAX_MODEL_ID_CHARS:
+        raise LoadtestError(
+            f"{url} lists a model id of {len(longest)} characters: no model is named so (at most "
+            f"{MAX_MODEL_ID_CHARS}); is this an OpenAI-compatible server?"
+        )
     return ids
+
+
+async def _bounded_json(response: aiohttp.ClientResponse, url: str, limit: int) -> Any:
+    """The body as JSON, read at most `limit` bytes: a longer one is a LoadtestError before it is all in memory."""
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(64 << 10):
+        body += chunk
+        if len(body) > limit:
+            raise LoadtestError(f"{url} answered more than {limit >> 20} MiB: that is no model list")
+    return json.loads(body)
 
 
 async def discover_model(
@@ -271,7 +301,7 @@ async def preflight(session: aiohttp.ClientSession, settings: RunSettings) -> st
         raise LoadtestError(f"--dataset {workload.source} has chat messages: use --endpoint chat")
     endpoint = settings.endpoint_at()
     limits = Limits(min(settings.request_timeout_seconds, 30.0), settings.stall_timeout_seconds)
-    _, failure = await send_explained(
+    _, failure = await send(
         session,
         endpoint,
         model,
@@ -283,7 +313,9 @@ async def preflight(session: aiohttp.ClientSession, settings: RunSettings) -> st
     )
     if failure is None:
         return model
-    raise LoadtestError(_refusal(settings, model, failure.reason, failure.detail))
+    # A server may repeat the request's Authorization header in its message: the key is not shown.
+    detail = failure.detail.replace(settings.api_key, "<API key>") if settings.api_key else failure.detail
+    raise LoadtestError(_refusal(settings, model, failure.reason, detail))
 
 
 def _refusal(settings: RunSettings, model: str, reason: str, detail: str) -> str:
@@ -298,6 +330,8 @@ def _refusal(settings: RunSettings, model: str, reason: str, detail: str) -> str
         return f"the server does not serve model {model!r} at {path}{said}: check --served-model"
     if reason in ("http 404", "http 405"):
         return f"no {path} here: is this an OpenAI-compatible server? try --endpoint {other}{said}"
+    if reason.startswith("http 3"):
+        return f"{settings.url}{path} {detail}: give --url the address that serves the API itself"
     if reason == "not streaming":
         return f"{settings.url}{path} does not stream (it answered one JSON body): loadtest needs a streaming server"
     if reason == "stalled":
@@ -340,7 +374,7 @@ class _Step:
     records: list[RequestRecord] = field(default_factory=list)
     in_flight: dict[int, float] = field(default_factory=dict)  # worker -> sent_at of its measured request
     last_done: float = 0.0  # when the last measured request ended
-    sending: bool = True
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)  # set when the step stops sending
     completions: list[tuple[float, int]] = field(default_factory=list)  # (when, output tokens), warm-up sends too
     engine: list[EngineSample] = field(default_factory=list)  # the watcher appends
 
@@ -352,6 +386,15 @@ class _Step:
     @property
     def oldest_in_flight(self) -> float | None:
         return min(self.in_flight.values(), default=None)
+
+    @property
+    def sending(self) -> bool:
+        return not self.stopped.is_set()
+
+    async def pause(self, seconds: float) -> None:
+        """Wait `seconds` (a server's Retry-After), or until the step stops sending: a pause never holds it open."""
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self.stopped.wait(), seconds)
 
 
 async def run_step(
@@ -376,15 +419,17 @@ async def run_step(
     stop_watch = asyncio.Event()
     lags: list[float] = []
 
-    async def exchange(key: int) -> RequestRecord:
-        """One request, from the run's stream, measured and recorded under `key` while in flight."""
+    async def exchange(key: int) -> tuple[RequestRecord, Failure | None]:
+        """One request, from the run's stream, measured and recorded under `key` while in flight; also why it
+        failed, in the server's words (its Retry-After)."""
         request: WorkRequest = next(run.work)
         sent = clock()
         measured = sent >= step.measured_from
         if measured:
             step.in_flight[key] = sent - step.measured_from
+        failure = None
         try:
-            record = await send(
+            record, failure = await send(
                 run.session,
                 endpoint,
                 run.model,
@@ -405,14 +450,16 @@ async def run_step(
         if measured:
             step.records.append(record)
             step.last_done = max(step.last_done, done)
-        return record
+        return record, failure
 
     async def worker(index: int) -> None:
         await asyncio.sleep(warmup / 2 * index / concurrency)
         while step.sending:
-            record = await exchange(index)
+            record, failure = await exchange(index)
             if record.error is not None and record.error.startswith(CLIENT_ERROR):
                 return  # the miss is counted; a client that failed once would fail the same way again
+            if failure is not None and failure.retry_after_seconds:
+                await step.pause(failure.retry_after_seconds)  # the server asked to be left alone so long
 
     async def arrivals(rate: float) -> None:
         """Open loop: a request arrives every `gap` seconds, whatever the server's pace; at most `concurrency` are
@@ -455,14 +502,14 @@ async def run_step(
         )
     )
     lag = asyncio.create_task(ticker())
-    spawned: set[asyncio.Task[RequestRecord]] = set()
+    spawned: set[asyncio.Task[tuple[RequestRecord, Failure | None]]] = set()
     if offered_rate is None:
         workers = [asyncio.create_task(worker(index)) for index in range(concurrency)]
     else:
         workers = [asyncio.create_task(arrivals(offered_rate))]
     try:
         ended_early = await _control(settings, run, step, stop_early, keep_going, clock)
-        step.sending = False
+        step.stopped.set()
         sending_stopped = clock()
         step.last_done = max(step.last_done, sending_stopped)
         if offered_rate is not None:
@@ -535,7 +582,7 @@ async def _control(
             await asyncio.wait_for(run.interrupted.wait(), min(CHECK_INTERVAL_SECONDS, max(0.0, wake - now)))
         now = clock()
         if run.interrupted.is_set():
-            return "interrupted (Ctrl-C)"
+            return "interrupted (Ctrl-C or SIGTERM)"
         if now >= run.deadline:
             return f"the run's time limit ({settings.max_duration_seconds:g}s, --max-duration) was reached"
         if now < step.measured_from:

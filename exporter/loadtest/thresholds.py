@@ -18,13 +18,15 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import CommentMark, YAMLError
 from ruamel.yaml.tokens import CommentToken
 from ruamel.yaml.util import load_yaml_guess_indent
 
-from exporter.config import ConfigError, check_config, load_yaml, read_config_text
+from exporter.config import ConfigError, check_config, label_value, load_yaml, read_config_text
+from exporter.display import shown
 from exporter.files import write_atomically
 from exporter.generate.rules import duration
 from exporter.loadtest.judge import StepSummary
@@ -78,12 +80,15 @@ def render_thresholds_yaml(fragment: Fragment, lead_time_seconds: float, header:
 
     The lead time is not measured; it is the config's (or the default), so the block is complete on its own,
     while `--write` only ever sets the measured keys."""
-    lines = [f"# {line}" for line in header]
-    lines.append("saturation:")
-    for key, value in fragment["saturation"].items():
-        lines.append(f"  {key}: {value}")
-    lines.append(f"  lead_time: {duration(lead_time_seconds)}  # not measured: your config's, or the default")
-    return "\n".join(lines) + "\n"
+    lines = [*header, "lead_time is not measured: it is your config's, or the default."]
+    block = {"saturation": {**fragment["saturation"], "lead_time": duration(lead_time_seconds)}}
+    return "".join(f"{_comment(line)}\n" for line in lines) + yaml.safe_dump(block, sort_keys=False)
+
+
+def _comment(line: str) -> str:
+    """A comment line whatever the text holds. The header quotes the served model id, which the engine chooses: a
+    line break in it would end the comment and start settings, so it is written as its escape."""
+    return "# " + shown(line)
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,8 @@ def write_thresholds(config_path: Path, fragment: Fragment | None, knee: Replica
     Comments inside a flow mapping such as `saturation: {kv_usage: 0.9}` are the one thing ruamel cannot keep;
     block mappings keep every comment. A config without a workload for the model gets no `autoscaling:` entry:
     which Kubernetes workload serves the model is the user's to say."""
+    if knee is not None:
+        _refuse_unlabelable(knee.models, config_path)
     path = config_path.resolve()  # a symlinked config is updated where it lives, not replaced by a plain file
     try:
         original = read_config_text(path)
@@ -175,6 +182,16 @@ def write_thresholds(config_path: Path, fragment: Fragment | None, knee: Replica
             f"{config_path}: cannot write the updated config ({error.strerror}); it is unchanged"
         ) from None
     return ConfigUpdate(backup=backup, knee_workload=None if workload is None else workload[0])
+
+
+def _refuse_unlabelable(models: Sequence[str], config_path: Path) -> None:
+    """A model the config could not hold as a workload's `model` (the served model id is the engine's to choose)
+    is refused before the file is read: it could match no workload, and must not reach the file or its messages."""
+    for model in models:
+        try:
+            label_value("a model name")(model)
+        except ValueError as error:
+            raise ThresholdsError(f"{config_path}: not written: model {error}") from None
 
 
 def _refuse_read_only(path: Path, config_path: Path) -> None:

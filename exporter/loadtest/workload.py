@@ -162,6 +162,8 @@ def _trace_record(where: str, line: str, default_max_tokens: int) -> WorkRequest
         record = json.loads(line)
     except json.JSONDecodeError as error:
         raise WorkloadError(f"{where}: not JSON ({error.msg})") from None
+    except ValueError:  # Python reads no integer of over 4,300 digits
+        raise WorkloadError(f"{where}: a number too long to read (no field takes one that long)") from None
     except RecursionError:
         raise WorkloadError(f"{where}: nested too deeply to read (expected a flat JSON object)") from None
     if not isinstance(record, dict):

@@ -188,7 +188,7 @@ def test_state_and_status_page_are_rendered_once_per_snapshot(monkeypatch):
 
 def _reloading(reload, config: Config) -> tuple[Daemon, "server.Reloader"]:
     daemon = Daemon(config)
-    return daemon, server.Reloader(daemon, reload)
+    return daemon, server.Reloader(daemon, reload, None)
 
 
 async def _until(condition, what: str, timeout_s: float = 5.0) -> None:
@@ -276,7 +276,7 @@ def test_sighup_without_a_reload_is_logged_and_nothing_changes(caplog):
     with caplog.at_level(logging.INFO, logger="plimsoll.server"):
         daemon = asyncio.run(go())
     assert daemon.config is running
-    assert "SIGHUP: no --config to reload" in caplog.text
+    assert "SIGHUP: no --config or --web-config to reload" in caplog.text
 
 
 def test_a_listen_address_that_cannot_be_bound_is_one_line_saying_what_to_do():

@@ -7,8 +7,10 @@ script says this machine cannot have them (exit 3: no apt-get or dpkg, or the pa
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 FETCH_SCRIPT = ROOT / "deploy" / "local" / "fetch-prometheus-tools.sh"
@@ -30,3 +32,13 @@ def prometheus_tools() -> dict[str, str]:
     bin_dir = TOOLS_DIR / "usr" / "bin"
     tools = {name: str(bin_dir / name) for name in ("promtool", "prometheus", "amtool", "alertmanager")}
     return {**tools, "versions": result.stdout}
+
+
+def promtool_rule_tests(promtool: str, workdir: Path, unit: dict[str, Any]) -> None:
+    """Run `promtool test rules` on one unit-test document (its rule_files relative to `workdir`); fail with its
+    output when any test in it fails."""
+    (workdir / "unit.yaml").write_text(yaml.safe_dump(unit, sort_keys=False))
+    result = subprocess.run(
+        [promtool, "test", "rules", "unit.yaml"], cwd=workdir, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -4,7 +4,6 @@ documented spec, the HPA validates against Kubernetes' schema, and the lint refu
 import copy
 import dataclasses
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from kubernetes_validate import validate
 
 from exporter.config import AutoscalingConfig, Config, ConfigError, ScaledWorkload, parse_config
 from exporter.generate import autoscaling, rules, stale
+from tests.generate.conftest import promtool_rule_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "plimsoll.example.yaml"
@@ -353,12 +353,4 @@ def test_every_generated_scaler_query_returns_one_element_with_the_replicas_the_
             }
         ],
     }
-    (tmp_path / "unit.yaml").write_text(yaml.safe_dump(unit, sort_keys=False))
-    result = subprocess.run(
-        [prometheus_tools["promtool"], "test", "rules", "unit.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    promtool_rule_tests(prometheus_tools["promtool"], tmp_path, unit)

@@ -2,8 +2,9 @@
 
 It streams one word per token at a set pace after a set first-token delay, reports usage in its last chunk,
 records how many requests it held at once and when each arrived, and can stall mid-stream, stop short of
-max_tokens (as a model that reaches its end-of-sequence token does), answer errors, answer without streaming,
-demand a key, answer /health with a status, or serve a recorded /metrics page.
+max_tokens (as a model that reaches its end-of-sequence token does), answer errors (with a Retry-After),
+redirect, answer without streaming, demand a key, answer /health with a status, serve a recorded /metrics page,
+or lie as a hostile server does: a huge model list, token counts it never streamed, a Content-Type of its choosing.
 """
 
 import asyncio
@@ -36,6 +37,12 @@ class Behaviour:
     # asks to ignore_eos gets every token it asks for, as from vLLM.
     answer_tokens: int | None = None
     health_status: int = 200  # what GET /health answers (503: an engine still loading its model)
+    metrics_content_type: str = "text/plain"  # the Content-Type /metrics answers with
+    models_padding_bytes: int = 0  # /v1/models streams this many bytes of padding inside its JSON (a huge answer)
+    completion_tokens: int | None = None  # the usage's completion_tokens, whatever was streamed (None: the truth)
+    retry_after: str | None = None  # the Retry-After header sent with every error answer
+    redirect_to: str | None = None  # answer every completion request with a 307 to this URL
+    echo_authorization: bool = False  # an error answer's message repeats the request's Authorization header
 
 
 @dataclass
@@ -70,12 +77,25 @@ class FakeOpenAI:
         wanted = self.behaviour.api_key
         return wanted is None or request.headers.get("Authorization") == f"Bearer {wanted}"
 
-    async def _models(self, request: web.Request) -> web.Response:
+    async def _models(self, request: web.Request) -> web.StreamResponse:
         if not self._authorised(request):
             return web.json_response({"error": {"message": "unauthorised"}}, status=401)
-        return web.json_response(
-            {"object": "list", "data": [{"id": m, "object": "model"} for m in self.behaviour.models]}
-        )
+        listing = {"object": "list", "data": [{"id": m, "object": "model"} for m in self.behaviour.models]}
+        if not self.behaviour.models_padding_bytes:
+            return web.json_response(listing)
+        return await self._padded(request, listing, self.behaviour.models_padding_bytes)
+
+    async def _padded(self, request: web.Request, listing: dict[str, Any], padding: int) -> web.StreamResponse:
+        """The listing with a `padding` string of that many bytes, streamed a MiB at a time, never held whole."""
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(json.dumps(listing)[:-1].encode() + b', "padding": "')
+        chunk = b"x" * (1 << 20)
+        for start in range(0, padding, len(chunk)):
+            await response.write(chunk[: padding - start])
+        await response.write(b'"}')
+        await response.write_eof()
+        return response
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=self.behaviour.health_status)
@@ -84,7 +104,9 @@ class FakeOpenAI:
         self.observed.metrics_reads += 1
         if self.behaviour.metrics_page is None:
             raise web.HTTPNotFound()
-        return web.Response(text=self.behaviour.metrics_page, content_type="text/plain")
+        return web.Response(
+            body=self.behaviour.metrics_page.encode(), headers={"Content-Type": self.behaviour.metrics_content_type}
+        )
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         self.observed.arrivals.append(time.monotonic())
@@ -105,10 +127,14 @@ class FakeOpenAI:
         if body.get("model") not in behaviour.models:
             message = f"The model `{body.get('model')}` does not exist."
             return web.json_response({"error": {"message": message}}, status=404)
+        if behaviour.redirect_to is not None:
+            raise web.HTTPTemporaryRedirect(behaviour.redirect_to)
+        headers = {"Retry-After": behaviour.retry_after} if behaviour.retry_after is not None else None
         if behaviour.error_status is not None:
-            return web.json_response({"error": {"message": "told to fail"}}, status=behaviour.error_status)
+            message = request.headers.get("Authorization", "") if behaviour.echo_authorization else "told to fail"
+            return web.json_response({"error": {"message": message}}, status=behaviour.error_status, headers=headers)
         if behaviour.error_every and self.observed.requests % behaviour.error_every == 0:
-            return web.json_response({"error": {"message": "overloaded"}}, status=503)
+            return web.json_response({"error": {"message": "overloaded"}}, status=503, headers=headers)
         chat = request.path.endswith("/chat/completions")
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]
         prompt_tokens = len(prompt.split())
@@ -134,8 +160,9 @@ class FakeOpenAI:
             choice = {"delta": {"content": " tok"}} if chat else {"text": " tok"}
             await _event(response, {"choices": [choice]})
         if behaviour.usage:
+            reported = tokens if behaviour.completion_tokens is None else behaviour.completion_tokens
             await _event(
-                response, {"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens}}
+                response, {"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": reported}}
             )
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()

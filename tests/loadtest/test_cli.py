@@ -228,7 +228,9 @@ def test_every_request_failing_exits_1_saying_errors(tmp_path: Path, capsys: pyt
     assert [step["concurrency"] for step in result["steps"]] == [1]
 
 
-def test_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_writes_the_partial_result_and_exits_130(tmp_path: Path, stop: signal.Signals) -> None:
+    # SIGTERM is how Kubernetes and systemd stop a job: it must not lose the run any more than Ctrl-C does.
     out = tmp_path / "out"
     with fake_server(Behaviour(itl_seconds=0.001)) as fake:
         process = subprocess.Popen(
@@ -246,7 +248,7 @@ def test_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path: Path) -> None:
         try:
             wait_for(lambda: fake.observed.requests > 20 or process.poll() is not None, 30, "load reaching the fake")
             assert process.poll() is None, process.communicate()[1]
-            process.send_signal(signal.SIGINT)
+            process.send_signal(stop)
             stdout, stderr = process.communicate(timeout=30)
         finally:
             if process.poll() is None:

@@ -23,7 +23,8 @@ def _send(
         async with serving(behaviour) as fake, aiohttp.ClientSession() as session:
             endpoint = Endpoint.at(fake.url, kind)
             prompt = "one two three"
-            return await send(session, endpoint, "fake-model", prompt, max_tokens, limits, allow_short=allow_short)
+            record, _ = await send(session, endpoint, "fake-model", prompt, max_tokens, limits, allow_short=allow_short)
+            return record
 
     return asyncio.run(go())
 
@@ -126,7 +127,8 @@ def test_a_closed_port_is_connection_refused() -> None:
     async def go() -> RequestRecord:
         async with aiohttp.ClientSession() as session:
             endpoint = Endpoint.at(f"http://127.0.0.1:{closed_port()}", "completions")
-            return await send(session, endpoint, "m", "p", 3, LIMITS)
+            record, _ = await send(session, endpoint, "m", "p", 3, LIMITS)
+            return record
 
     assert asyncio.run(go()).error == "connection refused"
 

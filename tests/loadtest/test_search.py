@@ -172,7 +172,7 @@ def _true_knee(levels: range) -> int:
         level: summarize(simulated_step(NOISY, level, NOISY_WORKLOAD, 600.0, warmup=20.0), NOISY_SLOS).slo_attainment
         for level in levels
     }
-    ordered = [attainment[level] for level in levels]
+    ordered = [attainment[level] or 0.0 for level in levels]
     assert ordered == sorted(ordered, reverse=True), f"attainment should fall with load: {attainment}"
     meeting = [level for level in levels if (attainment[level] or 0.0) >= NOISY_SLOS.objective]
     assert meeting and meeting[-1] < levels[-1], f"the knee should lie inside {levels}: {attainment}"

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from exporter import files
-from exporter.config import check_config, load_config
+from exporter.config import check_config, load_config, load_yaml
 from exporter.generate.rules import artifacts
 from exporter.loadtest import thresholds
 from exporter.loadtest.outputs import write_outputs
@@ -322,3 +322,31 @@ def test_write_keeps_a_document_marker_and_the_comments_of_a_file_with_no_settin
     write_thresholds(path, {"saturation": {"kv_usage": 0.8}})
     assert path.read_text().startswith(head)
     assert load_config(path).saturation_kv_usage == 0.8
+
+
+# What an engine under an attacker's control may give as its served model id (GET /v1/models): a line break and
+# a setting, then a "#" to turn the rest of the header line into a comment.
+INJECTING_MODEL = "tiny-llama\ntargets: [{url: http://attacker.example/metrics}]\n#"
+
+
+def test_a_served_model_id_with_line_breaks_stays_inside_the_comments_of_thresholds_yaml(tmp_path):
+    run = built_steps.several_steps()
+    run = replace(run, settings=replace(run.settings, model=INJECTING_MODEL))
+    written = write_outputs(tmp_path, run)
+    assert written.thresholds is not None
+    text = written.thresholds.read_text()
+    assert all(line.startswith("#") for line in text.splitlines()[: text.splitlines().index("saturation:")])
+    assert load_yaml(text, "thresholds.yaml") == {"saturation": {"kv_usage": 0.817, "queue": 2, "lead_time": "15m"}}
+    assert load_config(written.thresholds).targets == ()
+
+
+def test_write_refuses_a_model_that_is_not_a_label_value_and_leaves_the_config_alone(tmp_path):
+    path = tmp_path / "plimsoll.yaml"
+    path.write_text(FLEET)
+    with pytest.raises(ThresholdsError) as raised:
+        write_thresholds(path, {"saturation": {"queue": 1}}, ReplicaKnee(16, ("tiny-llama", INJECTING_MODEL)))
+    message = str(raised.value)
+    assert message.startswith(f"{path}: not written: model 'tiny-llama\\ntargets: ")
+    assert "a label value is printable text" in message and "\n" not in message
+    assert path.read_text() == FLEET
+    assert not (tmp_path / "plimsoll.yaml.bak").exists()

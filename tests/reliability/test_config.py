@@ -312,3 +312,60 @@ def test_a_reload_keeps_the_flags_and_their_environment_twins(tmp_path):
         # Three polls at 1 s take about 3 s; at the 5 s default they would take 15.
         wait_until(lambda: refused(daemon.state()) >= before + 3 or None, 8, "three polls of 'added' at 1s")
         daemon.assert_running()
+
+
+# YAML escapes: a carriage return, NEL (U+0085), NUL and a line separator end a line (or the file) for some YAML
+# or PromQL reader, and << >> are prometheus-adapter's template delimiters.
+_NOT_LABEL_VALUES = {
+    "carriage return": r'"tiny\rkind: ConfigMap"',
+    "next line": r'"tiny\Nkind: ConfigMap"',
+    "nul": r'"tiny\0"',
+    "line separator": r'"tiny\Lkind: ConfigMap"',
+    "adapter template": '"<<.Series>>"',
+}
+
+
+@pytest.mark.parametrize("model", _NOT_LABEL_VALUES.values(), ids=_NOT_LABEL_VALUES.keys())
+def test_generate_refuses_a_model_that_is_not_a_label_value_naming_the_field_and_writes_nothing(tmp_path, model):
+    config = write(
+        tmp_path,
+        f"""
+        autoscaling:
+          workloads:
+            - {{model: {model}, name: vllm-tiny, namespace: inference, max_replicas: 2}}
+        """,
+    )
+    out = tmp_path / "out"
+    for command in (("check-config", str(config)), ("generate", "--config", str(config), "--out", str(out))):
+        err = refused(plimsoll(*command))
+        assert f"{config}: autoscaling.workloads[0].model: " in err
+        assert "a label value is printable text" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", [r'"node-a\rfoo"', r'"node-a\x85"', '"<<.Series>>"'])
+def test_check_config_refuses_a_target_name_that_is_not_a_label_value(tmp_path, name):
+    config = write(tmp_path, f"targets: [{{name: {name}, url: 'http://127.0.0.1:8000/metrics'}}]\n")
+    err = refused(plimsoll("check-config", str(config)))
+    assert f"{config}: targets[0].name: " in err and "a label value is printable text" in err
+
+
+def test_generate_takes_a_model_with_quotes_braces_and_unicode_and_every_file_reads_back_as_written(tmp_path):
+    model = 'acme/"Llama" {{3.1}} \\ it\'s #1: [ünïcødé 模型] & *ref'
+    workload = {"model": model, "name": "vllm-acme", "namespace": "inference", "max_replicas": 2}
+    config = tmp_path / "plimsoll.yaml"
+    config.write_text(yaml.safe_dump({"autoscaling": {"workloads": [workload]}}, allow_unicode=True))
+    out = tmp_path / "out"
+    done = plimsoll("generate", "--config", str(config), "--out", str(out))
+    assert done.code == 0, done.text
+    files = {path.relative_to(out).as_posix(): path.read_text() for path in out.rglob("*.yaml")}
+    documents = {path: list(yaml.safe_load_all(text)) for path, text in files.items()}
+    assert all(len(found) == 1 for found in documents.values()), documents
+    (rule_file,) = documents["rules/plimsoll.rules.yaml"]
+    labelled = [
+        rule["labels"]["model"]
+        for group in rule_file["groups"]
+        for rule in group["rules"]
+        if "labels" in rule and "model" in rule["labels"]
+    ]
+    assert labelled == [model]

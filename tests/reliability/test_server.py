@@ -362,7 +362,7 @@ def test_sighup_without_a_config_file_leaves_the_daemon_running(tmp_path):
     ):
         daemon.signal(signal.SIGHUP)
         wait_until(
-            lambda: daemon.assert_running() or "SIGHUP: no --config to reload" in daemon.log(),
+            lambda: daemon.assert_running() or "SIGHUP: no --config or --web-config to reload" in daemon.log(),
             CONDITION_TIMEOUT_S,
             "the SIGHUP logged",
         )

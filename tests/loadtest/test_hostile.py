@@ -1,0 +1,221 @@
+"""`plimsoll loadtest` against a hostile server and hostile input (issue 16): what the server sends is shown, never
+obeyed; every read is bounded and every count range-checked; credentials reach no output; a run stopped by SIGTERM
+keeps what it measured; an overloaded server is waited for as it asks; a redirect elsewhere is refused.
+
+The server is the fake OpenAI server (fake_openai.py) on loopback, told to misbehave.
+"""
+
+import asyncio
+import gc
+import itertools
+import json
+import time
+import tracemalloc
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from exporter.cli import main
+from exporter.loadtest.client import MAX_RETRY_AFTER_SECONDS, Endpoint, Limits, retry_after_seconds, send
+from exporter.loadtest.runner import LoadtestError, RunSettings, open_run, run_step, served_models
+from exporter.loadtest.workload import WorkloadError, load_trace
+from tests.loadtest.fake_openai import Behaviour, serving
+from tests.loadtest.test_cli import VLLM_PAGE, fake_server, loadtest_args
+from tests.loadtest.test_runner import WORKLOAD
+
+ONE_STEP = ("--concurrency", "1", "--warmup", "0s", "--step-duration", "500ms")
+
+
+@pytest.fixture(autouse=True)
+def _no_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("PLIMSOLL_LOADTEST_SLO", "PLIMSOLL_LOADTEST_URL", "PLIMSOLL_API_KEY", "PLIMSOLL_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("model", ["[/]evil", "[bold red]evil", "\x1b]0;pwned\x07\x1b[2Jevil"])
+def test_a_model_id_with_markup_or_terminal_escapes_is_shown_as_text_and_the_run_goes_on(
+    model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with fake_server(Behaviour(models=(model,))) as fake:
+        status = main(loadtest_args(fake.url, "ttft=500ms", *ONE_STEP, "--out", str(tmp_path)))
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "\x1b" not in captured.err + captured.out
+    assert "evil" in captured.err
+    assert json.loads((tmp_path / "result.json").read_text())["model"] == model
+
+
+def test_a_model_id_cannot_write_settings_into_thresholds_yaml(tmp_path: Path) -> None:
+    model = "evil\nsaturation: {kv_usage: 0.01, queue: 999}\n#"
+    with fake_server(Behaviour(models=(model,), metrics_page=VLLM_PAGE)) as fake:
+        status = main(loadtest_args(fake.url, "ttft=500ms", *ONE_STEP, "--out", str(tmp_path)))
+    assert status == 0
+    written = yaml.safe_load((tmp_path / "thresholds.yaml").read_text())
+    assert written["saturation"]["kv_usage"] != 0.01
+    assert written["saturation"]["queue"] != 999
+
+
+def test_a_metrics_content_type_with_markup_is_a_note_and_the_knee_stands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    behaviour = Behaviour(metrics_page=VLLM_PAGE, metrics_content_type="text/html[/]")
+    with fake_server(behaviour) as fake:
+        status = main(loadtest_args(fake.url, "ttft=500ms", *ONE_STEP, "--out", str(tmp_path)))
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "answered text/html[/], not a metrics page" in captured.out
+    assert "\x1b" not in captured.out + captured.err
+
+
+@pytest.mark.parametrize("flag", ["--url", "--metrics-url"])
+def test_credentials_in_a_url_are_refused_before_anything_is_sent_or_written(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    with fake_server(Behaviour(metrics_page=VLLM_PAGE)) as fake:
+        with_secret = fake.url.replace("http://", "http://user:s3cret@")
+        url, metrics = (with_secret, None) if flag == "--url" else (fake.url, with_secret + "/metrics")
+        flags = ("--metrics-url", metrics) if metrics else ()
+        status = main(loadtest_args(url, "ttft=500ms", *ONE_STEP, *flags, "--out", str(out)))
+    err = capsys.readouterr().err
+    assert status == 2
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith(f"plimsoll loadtest: {flag}: ")
+    assert "--api-key-file" in err and "PLIMSOLL_API_KEY" in err
+    assert "s3cret" not in err
+    assert fake.observed.requests == 0 and fake.observed.metrics_reads == 0 and not fake.observed.authorization
+    assert not out.exists()
+
+
+def test_a_server_that_echoes_the_api_key_does_not_get_it_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PLIMSOLL_API_KEY", "sk-s3cret")
+    with fake_server(Behaviour(api_key="sk-s3cret", error_status=400, echo_authorization=True)) as fake:
+        status = main(loadtest_args(fake.url, "ttft=500ms", *ONE_STEP, "--out", str(tmp_path)))
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "the server says: Bearer <API key>" in err
+    assert "sk-s3cret" not in err
+
+
+def test_a_model_list_too_large_to_be_one_is_refused_without_reading_it_whole() -> None:
+    async def go() -> str:
+        async with serving(Behaviour(models_padding_bytes=64 << 20)) as fake, aiohttp.ClientSession() as session:
+            with pytest.raises(LoadtestError) as refused:
+                await served_models(session, fake.url)
+            return str(refused.value)
+
+    assert "/v1/models answered more than 8 MiB" in asyncio.run(go())
+
+
+def _send_max_tokens_5(behaviour: Behaviour) -> tuple[str | None, int | None]:
+    async def go() -> tuple[str | None, int | None]:
+        async with serving(behaviour) as fake, aiohttp.ClientSession() as session:
+            record, _ = await send(session, Endpoint.at(fake.url, "completions"), "fake-model", "hi", 5, Limits(10, 2))
+            return record.error, record.output_tokens
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("tokens", [10**400, 10**18, 11])
+def test_a_token_count_far_beyond_max_tokens_is_a_bad_response_not_a_number(tokens: int) -> None:
+    assert _send_max_tokens_5(Behaviour(completion_tokens=tokens)) == ("bad response: implausible usage", None)
+
+
+def test_a_token_count_near_max_tokens_is_taken() -> None:
+    assert _send_max_tokens_5(Behaviour(completion_tokens=6)) == (None, 6)
+
+
+def test_an_overloaded_answer_is_a_miss_and_its_retry_after_is_waited_before_the_next_request() -> None:
+    async def go() -> tuple[list[str | None], list[float], float]:
+        async with serving(Behaviour(error_every=2, retry_after="1")) as fake:
+            settings = RunSettings(url=fake.url, workload=WORKLOAD, step_seconds=1.5, warmup_seconds=0.0)
+            async with open_run(settings) as run:
+                started = time.monotonic()
+                step = await run_step(settings, 1, run)
+                return [r.error for r in step.requests], fake.observed.arrivals, time.monotonic() - started
+
+    errors, arrivals, took = asyncio.run(go())
+    assert "http 503" in errors
+    # The preflight's request, then: ok, 503, (a second's pause), ok, 503, (pause).
+    assert len(arrivals) <= 5
+    assert max(later - earlier for earlier, later in itertools.pairwise(arrivals)) >= 0.9
+    # A pause the server asked for ends with the step: it never holds the step open.
+    assert took < 1.5 + 0.5
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [("2", 2.0), ("0.5", 0.5), ("86400", MAX_RETRY_AFTER_SECONDS), ("-3", None), ("soon", None), ("1e999", None)],
+)
+def test_retry_after_is_read_in_seconds_and_cut_to_its_bound(header: str, seconds: float | None) -> None:
+    assert retry_after_seconds(header) == seconds
+
+
+def test_each_steps_errors_keep_their_reasons_in_result_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with fake_server(Behaviour(itl_seconds=0.001, error_every=2)) as fake:
+        main(loadtest_args(fake.url, "ttft=500ms", *ONE_STEP, "--out", str(tmp_path), "--format", "json"))
+    step = json.loads(capsys.readouterr().out)["steps"][0]
+    assert step["errors"] > 0
+    assert step["error_reasons"] == {"http 503": step["errors"]}
+
+
+def test_a_redirect_to_another_origin_is_refused_naming_where_it_pointed() -> None:
+    async def go() -> tuple[str, int]:
+        async with serving(Behaviour()) as elsewhere:
+            target = elsewhere.url + "/v1/completions"
+            async with serving(Behaviour(redirect_to=target)) as fake:
+                settings = RunSettings(url=fake.url, workload=WORKLOAD, api_key="sk-s3cret")
+                with pytest.raises(LoadtestError) as refused:
+                    async with open_run(settings):
+                        pass
+            return str(refused.value), elsewhere.observed.requests
+
+    message, followed = asyncio.run(go())
+    assert "redirected to http://127.0.0.1:" in message and "/v1/completions" in message
+    assert followed == 0
+
+
+def test_a_dataset_number_too_long_to_read_names_the_file_and_line(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"prompt": "hi"}\n{"prompt": "hi", "max_tokens": ' + "9" * 5001 + "}\n")
+    with pytest.raises(WorkloadError, match=f"^{trace}:2: "):
+        load_trace(trace, 4)
+
+
+def test_a_long_answer_keeps_its_gaps_in_a_few_bytes_a_token() -> None:
+    tokens = 10_000
+
+    async def go() -> tuple[int, int]:
+        async with serving(Behaviour()) as fake, aiohttp.ClientSession() as session:
+            endpoint = Endpoint.at(fake.url, "completions")
+            tracemalloc.start()
+            try:
+                record, _ = await send(session, endpoint, "fake-model", "hi", tokens, Limits(60, 10))
+                gc.collect()
+                held, _ = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            return held, len(record.itl_seconds)
+
+    held, gaps = asyncio.run(go())
+    assert gaps == tokens - 1
+    # A float object and its list slot took 32 bytes a token; the whole record, stream buffers and all, now less.
+    assert held < 12 * tokens
+
+
+def test_a_model_id_too_long_to_be_one_is_refused_without_repeating_it() -> None:
+    async def go() -> str:
+        async with serving(Behaviour(models=("m" * 5000,))) as fake, aiohttp.ClientSession() as session:
+            with pytest.raises(LoadtestError) as refused:
+                await served_models(session, fake.url)
+            return str(refused.value)
+
+    message = asyncio.run(go())
+    assert "lists a model id of 5000 characters" in message
+    assert len(message) < 300
