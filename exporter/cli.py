@@ -37,6 +37,7 @@ from exporter.config import (
     validate_listen,
     validate_url,
 )
+from exporter.display import shown
 from exporter.plan_command import add_plan
 from exporter.plan_flags import add_deployment_flags, deployment_from_args, gpu_for
 from exporter.status_command import add_status
@@ -244,22 +245,12 @@ def _flag_targets(values: Sequence[str] | None) -> list[str]:
     return [u.strip() for entry in values or [] for u in entry.split(",") if u.strip()]
 
 
-def _checked_config(path: str) -> ConfigReport:
-    """The config file's report; a path that is not a regular file is refused before it is opened: opening a FIFO
-    waits for a writer forever, and a device may never end."""
-    try:
-        readable_file(Path("."), "the config")(path)
-    except ValueError as error:
-        raise ConfigError([str(error)]) from None
-    return check_config_file(path)
-
-
 def run_config(args: argparse.Namespace) -> Config:
     """The running config: the file (without one, a scan of this host's usual ports) with the flags and their
     environment twins on top, each flag checked by the config's own validator. Built the same way at start and on
     every reload, so a reload keeps what the flags said. Every problem, in the file and in the flags, is raised at
     once."""
-    report = _checked_config(args.config) if args.config else ConfigReport(Config(scan_local_ports=True), ())
+    report = check_config_file(args.config) if args.config else ConfigReport(Config(scan_local_ports=True), ())
     config, problems = report.config, list(report.problems)
     changes: dict[str, Any] = {}
 
@@ -340,7 +331,7 @@ def _web_config_problems(config: Config) -> list[str]:
 
 def _check_config(args: argparse.Namespace) -> int:
     """Every problem in one run: the file's, then what the capacity model says about each target."""
-    report = _checked_config(args.config)
+    report = check_config_file(args.config)
     problems = [*report.problems, *_model_problems(report.config), *_web_config_problems(report.config)]
     if problems:
         raise ConfigError(problems)
@@ -414,7 +405,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except _INPUT_ERRORS as error:
-        print(f"plimsoll {args.command}: {error}", file=sys.stderr)
+        # An error may quote a file's or a server's text: each of its lines is shown, never acted on by the terminal.
+        lines = "\n".join(shown(line) for line in str(error).splitlines())
+        print(f"plimsoll {args.command}: {lines}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `plimsoll plan ... | head` closed the pipe: not an error worth a traceback
         sys.stderr.close()

@@ -1,8 +1,28 @@
-"""Writing a file so that no reader ever sees it half-written, even across a crash or a full disk."""
+"""Files from outside and our own: reading one without hanging on a FIFO or reading a device without end, and
+writing one so that no reader ever sees it half-written, even across a crash or a full disk."""
 
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+
+class NotARegularFile(OSError):
+    """The path names a FIFO, a device, a socket or a directory: reading it could wait or run forever."""
+
+
+def read_regular_file(path: str | Path, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of the file at `path` (one more than `limit` tells the caller it is over).
+
+    Opened without blocking, since opening a FIFO that has no writer waits for one, and checked on the open
+    descriptor, so nothing can be put in its place between the check and the read. Raises OSError, and
+    NotARegularFile for anything but a regular file."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise NotARegularFile(errno.EINVAL, "not a regular file", str(path))
+        return handle.read(limit + 1)
 
 
 def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:

@@ -1,7 +1,5 @@
 """`plimsoll probe`: one engine endpoint or saved page, as Plimsoll sees it."""
 
-import os
-import stat
 import sys
 from typing import Any
 
@@ -9,6 +7,7 @@ import aiohttp
 
 from exporter.daemon import fetch
 from exporter.display import shown
+from exporter.files import NotARegularFile, read_regular_file
 from exporter.sources.engines import detect, read_page
 from exporter.sources.promtext import parse
 from exporter.views import reading_dict
@@ -34,19 +33,13 @@ def _bounded(data: bytes, source: str) -> tuple[str | None, str | None]:
 
 
 def _read_file(source: str) -> tuple[str | None, str | None]:
-    """A saved page, read to the cap. Opened without waiting (a FIFO with no writer would block the open) and
-    refused unless it is a regular file: a device or a pipe may never end."""
+    """A saved page, read to the cap; a device or a pipe, which may never end, is refused."""
     try:
-        descriptor = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
+        return _bounded(read_regular_file(source, MAX_PAGE_BYTES), source)
+    except NotARegularFile:
+        return None, f"cannot read {source}: not a regular file (save the page to a file, or give - for stdin)"
     except OSError as error:
         return None, f"cannot read {source}: {error.strerror}"
-    with os.fdopen(descriptor, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            return None, f"cannot read {source}: not a regular file (save the page to a file, or give - for stdin)"
-        try:
-            return _bounded(handle.read(MAX_PAGE_BYTES + 1), source)
-        except OSError as error:
-            return None, f"cannot read {source}: {error.strerror}"
 
 
 async def _text(source: str, timeout: float) -> tuple[str | None, str | None]:

@@ -13,14 +13,12 @@ capped: one that bcrypt refuses, or that would take seconds a check, is refused 
 
 import asyncio
 import binascii
-import contextlib
 import hashlib
 import hmac
 import os
 import re
 import secrets
 import ssl
-import stat
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -286,18 +284,9 @@ def _headers(raw: Any, problems: _Problems) -> dict[str, str]:
     return headers
 
 
-def _refuse_special_file(path: str) -> None:
-    """A FIFO or a device named as the web config is refused before it is opened: opening a FIFO waits for a writer
-    forever, and a device may never end."""
-    with contextlib.suppress(OSError):  # read_config_text says why the file cannot be read
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise ConfigError([f"{path}: not a regular file (a web config is a YAML file)"])
-
-
 def load_web_config(path: str) -> WebConfig:
     """Read and validate the file; raise ConfigError with every problem, each naming the file and the field."""
     problems = _Problems(path)
-    _refuse_special_file(path)
     document = load_yaml(read_config_text(path, "web config"), path)
     top = _mapping(document, "(top level)", problems)
     for key, reason in _REFUSED_TOP_KEYS.items():

@@ -232,4 +232,12 @@ def test_check_config_refuses_a_fifo_as_the_config_naming_it(tmp_path):
     for argv in (["check-config", str(fifo)], ["run", "--config", str(fifo), "--check-only"]):
         done = _plimsoll(*argv)
         assert done.returncode == 2, done.stderr
-        assert done.stderr.strip().endswith(f"{fifo} is not a regular file"), done.stderr
+        assert done.stderr.strip().endswith(f"{fifo}: cannot read the config file (not a regular file)"), done.stderr
+
+
+def test_an_error_quoting_a_path_with_terminal_escapes_shows_them_escaped(tmp_path):
+    path = tmp_path / "owned\x1b]0;owned\x07\x1b[2J.yaml"
+    done = _plimsoll("check-config", str(path))
+    assert done.returncode == 2, done.stderr
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    assert "owned\\x1b]0;owned\\x07\\x1b[2J.yaml: cannot read the config file" in done.stderr, done.stderr

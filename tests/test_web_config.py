@@ -7,6 +7,7 @@ import os
 import ssl
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -333,3 +334,26 @@ def test_a_fifo_named_as_a_tls_file_is_refused_by_check_config_naming_it(ca, tmp
     assert done.returncode == 2, done.stderr
     assert f"tls_server_config.{fifo_as}: {tmp_path / 'fifo'} is not a regular file" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_fifo_as_the_web_config_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "web.yml"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def load() -> None:
+        try:
+            load_web_config(str(fifo))
+            outcome.append(None)
+        except BaseException as error:  # the thread hands whatever happened to the test
+            outcome.append(error)
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    loader.join(10)
+    if loader.is_alive():
+        with open(fifo, "w"):  # a writer releases the blocked open, so the thread ends with the test
+            pass
+        pytest.fail("loading a FIFO as the web config waited for a writer")
+    (error,) = outcome
+    assert isinstance(error, ConfigError) and f"{fifo}: cannot read the web config (not a regular file)" in str(error)

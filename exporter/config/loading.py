@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import yaml
 
 from exporter.config.model import ConfigError
+from exporter.files import read_regular_file
 
 MAX_CONFIG_BYTES = 1024 * 1024
 # Nodes that YAML aliases may add beyond what a document spells out. Anchors that share a deployment block
@@ -138,8 +139,7 @@ def read_config_text(path: str | Path, what: str = "config file") -> str:
     """The text of the config, a web config or a file_sd file, refused past MAX_CONFIG_BYTES without reading
     further: each is a few kilobytes, and a daemon that re-reads files must not load whatever lands there."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
+        data = read_regular_file(path, MAX_CONFIG_BYTES)
     except OSError as error:
         raise ConfigError([f"{path}: cannot read the {what} ({error.strerror})"]) from None
     if len(data) > MAX_CONFIG_BYTES:

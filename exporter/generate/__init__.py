@@ -5,15 +5,13 @@ them without ever leaving a half-written file (temporary file, then rename) and,
 committed files differ from what the config generates and lints the scaler files as they are on disk.
 """
 
-import os
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exporter.config import Config, ConfigError, read_config_text
-from exporter.files import write_atomically
+from exporter.files import read_regular_file, write_atomically
 
 if TYPE_CHECKING:
     from exporter.generate.autoscaling import FileLint
@@ -58,17 +56,14 @@ def stale(items: Iterable[Artifact], out: Path) -> list[str]:
 
 
 def _committed(target: Path, limit: int) -> str | None:
-    """At most `limit` characters of a regular file (enough to tell it differs: a file grown huge is not read
-    whole); None where there is none to compare. Opened without blocking, so a FIFO in its place cannot hang the
-    check, and read with replacement, so bytes that are not UTF-8 make it differ rather than end it."""
+    """The text of a regular file, enough of it to tell it differs (a file grown huge is not read whole); None
+    where there is none to compare, a FIFO in its place included. Read with replacement, so bytes that are not
+    UTF-8 make it differ rather than end the check."""
     try:
-        descriptor = os.open(target, os.O_RDONLY | os.O_NONBLOCK)
+        data = read_regular_file(target, 4 * limit)  # a character is at most four bytes of UTF-8
     except OSError:
         return None
-    with open(descriptor, encoding="utf-8", errors="replace") as handle:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            return None
-        return handle.read(limit)
+    return data.decode("utf-8", errors="replace")
 
 
 def lint_scalers(config: Config, out: Path) -> "FileLint":
