@@ -297,12 +297,18 @@ def _event_line(line: bytes, kind: str, stream: _Stream, now: float) -> Failure 
     return stream.chunk(kind, payload, now)
 
 
+def redirected_to(response: aiohttp.ClientResponse) -> str:
+    """Where a 3xx answer pointed. Loadtest follows no redirect: one to another origin would carry the API key
+    there, and one within the server means --url is not the address that serves the API."""
+    location = response.headers.get("Location", "nowhere")[:200]
+    return f"redirected to {location} (loadtest does not follow redirects)"
+
+
 async def _http_failure(response: aiohttp.ClientResponse) -> Failure:
     """A non-200 answer: its status as the reason; where it redirected to, or the server's message, as detail."""
     reason = f"http {response.status}"
     if 300 <= response.status < 400:
-        location = response.headers.get("Location", "nowhere")[:200]
-        return Failure(reason, f"redirected to {location} (loadtest does not follow redirects)")
+        return Failure(reason, redirected_to(response))
     retry = retry_after_seconds(response.headers.get("Retry-After")) if response.status in _RETRY_STATUSES else None
     return Failure(reason, await _error_message(response), retry)
 

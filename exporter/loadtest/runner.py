@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
-from exporter.loadtest.client import ENDPOINT_PATHS, Endpoint, Failure, Limits, send
+from exporter.loadtest.client import ENDPOINT_PATHS, Endpoint, Failure, Limits, redirected_to, send
 from exporter.loadtest.judge import MAX_EXTENSION
 from exporter.loadtest.measure import EngineSample, RequestRecord, StepRun
 from exporter.loadtest.watch import EngineRead, read_engine, watch
@@ -211,11 +211,13 @@ async def _health(session: aiohttp.ClientSession, settings: RunSettings) -> None
     try:
         async with (
             asyncio.timeout(PREFLIGHT_TIMEOUT_SECONDS),
-            session.get(url, headers=settings.auth_headers) as response,
+            session.get(url, headers=settings.auth_headers, allow_redirects=False) as response,
         ):
             status = response.status
     except (TimeoutError, aiohttp.ClientError, OSError):
         return  # /v1/models, asked next, says what is wrong in words
+    if 300 <= status < 400:
+        return  # not followed; /v1/models, asked next, says where it points if it does the same
     if status not in (200, 401, 403, 404, 405):
         raise LoadtestError(f"{url} answered HTTP {status}: {_NOT_READY}")
 
@@ -237,9 +239,10 @@ async def served_models(
     try:
         async with (
             asyncio.timeout(PREFLIGHT_TIMEOUT_SECONDS),
-            session.get(url, headers=headers or {}) as response,
+            session.get(url, headers=headers or {}, allow_redirects=False) as response,
         ):
             status = response.status
+            redirect = redirected_to(response) if 300 <= status < 400 else None
             payload = await _bounded_json(response, url, MAX_MODELS_BYTES) if status == 200 else None
     except TimeoutError:
         raise LoadtestError(f"{base_url} did not answer GET /v1/models within {PREFLIGHT_TIMEOUT_SECONDS:g}s") from None
@@ -249,6 +252,8 @@ async def served_models(
         raise LoadtestError(f"{base_url}: GET /v1/models failed: {type(error).__name__}: {error}") from None
     except (ValueError, RecursionError):
         raise LoadtestError(f"{url} did not answer JSON: is this an OpenAI-compatible server?") from None
+    if redirect is not None:
+        raise LoadtestError(f"GET {url} {redirect}: give --url the address that serves the API itself")
     if status in (401, 403):
         raise LoadtestError(_credentials(base_url, status))
     if status == 404:

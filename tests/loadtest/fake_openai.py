@@ -42,6 +42,7 @@ class Behaviour:
     completion_tokens: int | None = None  # the usage's completion_tokens, whatever was streamed (None: the truth)
     retry_after: str | None = None  # the Retry-After header sent with every error answer
     redirect_to: str | None = None  # answer every completion request with a 307 to this URL
+    redirect_gets_to: str | None = None  # answer GET /v1/models and /health with a 307 to this base URL
     echo_authorization: bool = False  # an error answer's message repeats the request's Authorization header
 
 
@@ -78,6 +79,8 @@ class FakeOpenAI:
         return wanted is None or request.headers.get("Authorization") == f"Bearer {wanted}"
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
+        if self.behaviour.redirect_gets_to is not None:
+            raise web.HTTPTemporaryRedirect(self.behaviour.redirect_gets_to + "/v1/models")
         if not self._authorised(request):
             return web.json_response({"error": {"message": "unauthorised"}}, status=401)
         listing = {"object": "list", "data": [{"id": m, "object": "model"} for m in self.behaviour.models]}
@@ -98,6 +101,9 @@ class FakeOpenAI:
         return response
 
     async def _health(self, request: web.Request) -> web.Response:
+        self.observed.authorization.append(request.headers.get("Authorization"))
+        if self.behaviour.redirect_gets_to is not None:
+            raise web.HTTPTemporaryRedirect(self.behaviour.redirect_gets_to + "/health")
         return web.Response(status=self.behaviour.health_status)
 
     async def _metrics(self, request: web.Request) -> web.Response:

@@ -181,6 +181,21 @@ def test_a_redirect_to_another_origin_is_refused_naming_where_it_pointed() -> No
     assert followed == 0
 
 
+def test_a_model_list_or_health_check_redirected_elsewhere_is_refused_and_the_key_never_sent_there() -> None:
+    async def go() -> tuple[str, list[str | None]]:
+        async with serving(Behaviour()) as elsewhere:
+            async with serving(Behaviour(redirect_gets_to=elsewhere.url)) as fake:
+                settings = RunSettings(url=fake.url, workload=WORKLOAD, api_key="sk-s3cret")
+                with pytest.raises(LoadtestError) as refused:
+                    async with open_run(settings):
+                        pass
+            return str(refused.value), elsewhere.observed.authorization
+
+    message, seen_elsewhere = asyncio.run(go())
+    assert "/v1/models redirected to http://127.0.0.1:" in message and "does not follow redirects" in message
+    assert seen_elsewhere == []  # neither GET was followed, so the key never left for the other origin
+
+
 def test_a_dataset_number_too_long_to_read_names_the_file_and_line(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     trace.write_text('{"prompt": "hi"}\n{"prompt": "hi", "max_tokens": ' + "9" * 5001 + "}\n")
