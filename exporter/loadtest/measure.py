@@ -1,7 +1,7 @@
 """What a load step measures: per-request client timings, engine readings and the step as a whole. Values only."""
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -31,17 +31,24 @@ class RequestRecord:
 
     sent_at: float
     ttft_seconds: float | None  # None when no token arrived
-    itl_seconds: Sequence[float]  # every gap between streamed chunks that carried tokens (an array: 4 B a gap)
+    # Every gap between streamed chunks that carried tokens (an array: 4 B a gap), until its step is judged; then
+    # `without_gaps` keeps their mean alone, so a run's memory grows with one step's tokens, not all of them.
+    itl_seconds: Sequence[float]
     e2e_seconds: float | None  # None when it did not complete
     prompt_tokens: int | None  # from the server's usage (stream_options.include_usage)
     output_tokens: int | None
     error: str | None
+    judged_mean_itl_seconds: float | None = None  # the gaps' mean, kept by `without_gaps`
 
     @property
     def mean_itl_seconds(self) -> float | None:
         if not self.itl_seconds:
-            return None
+            return self.judged_mean_itl_seconds
         return sum(self.itl_seconds) / len(self.itl_seconds)
+
+    def without_gaps(self) -> "RequestRecord":
+        """The record once its step is judged: what the outputs read (the mean gap), not every gap."""
+        return replace(self, itl_seconds=(), judged_mean_itl_seconds=self.mean_itl_seconds)
 
     @property
     def completed(self) -> bool:

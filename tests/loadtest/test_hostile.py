@@ -19,7 +19,10 @@ import yaml
 
 from exporter.cli import main
 from exporter.loadtest.client import MAX_RETRY_AFTER_SECONDS, Endpoint, Limits, retry_after_seconds, send
+from exporter.loadtest.judge import StepSummary
+from exporter.loadtest.measure import SloSpec
 from exporter.loadtest.runner import LoadtestError, RunSettings, open_run, run_step, served_models
+from exporter.loadtest.steps import Outcome, SearchSettings, run_steps
 from exporter.loadtest.workload import WorkloadError, load_trace
 from tests.loadtest.fake_openai import Behaviour, serving
 from tests.loadtest.test_cli import VLLM_PAGE, fake_server, loadtest_args
@@ -222,6 +225,34 @@ def test_a_long_answer_keeps_its_gaps_in_a_few_bytes_a_token() -> None:
     assert gaps == tokens - 1
     # A float object and its list slot took 32 bytes a token; the whole record, stream buffers and all, now less.
     assert held < 12 * tokens
+
+
+class _Quiet:
+    def message(self, text: str) -> None: ...
+
+    def step_started(self, load: str, seconds: float) -> None: ...
+
+    def step_finished(self, step: StepSummary) -> None: ...
+
+
+def test_a_judged_steps_gaps_are_let_go_and_only_their_mean_is_kept() -> None:
+    # A run holds every step's records to the end (--save-requests, the footprint): with every gap in them, its
+    # memory would grow with all the tokens of all its steps instead of one step's.
+    async def go() -> Outcome:
+        async with serving(Behaviour(itl_seconds=0.005)) as fake:
+            settings = RunSettings(
+                url=fake.url, workload=WORKLOAD, step_seconds=0.5, warmup_seconds=0.0, allow_short_answers=True
+            )
+            slos = SloSpec(ttft_seconds=None, itl_seconds=0.5, objective=0.9)
+            return await run_steps(settings, SearchSettings(slos, 4, 0.1, levels=(1, 2)), _Quiet())
+
+    outcome = asyncio.run(go())
+    records = [record for run in outcome.step_runs for record in run.requests]
+    assert records and all(len(record.itl_seconds) == 0 for record in records)
+    means = [record.mean_itl_seconds for record in records if record.completed]
+    assert means and all(mean is not None and 0.004 <= mean < 0.5 for mean in means)
+    # The steps were judged on the gaps themselves before they were let go.
+    assert all(step.itl_p50_seconds is not None for step in outcome.search.steps)
 
 
 def test_a_model_id_too_long_to_be_one_is_refused_without_repeating_it() -> None:
