@@ -82,6 +82,8 @@ _BCRYPT_PASSWORD_BYTES = 72
 # A certificate chain, a key or a CA bundle is kilobytes (Mozilla's whole bundle is ~220 KB); OpenSSL reads what
 # it is given.
 MAX_TLS_FILE_BYTES = 1024 * 1024
+# Basic-auth users a web config may list: the Prometheus servers and tools that scrape this port.
+MAX_USERS = 1000
 
 
 @dataclass(frozen=True)
@@ -251,7 +253,12 @@ def _with_cost(hashed: bytes, cost: int) -> bytes:
 
 def _users(raw: Any, problems: _Problems) -> dict[str, bytes]:
     users: dict[str, bytes] = {}
-    for name, hashed in _mapping(raw, "basic_auth_users", problems).items():
+    section = _mapping(raw, "basic_auth_users", problems)
+    if len(section) > MAX_USERS:
+        # Checking a hash takes about a millisecond: a file of thousands would hold up every start and reload.
+        problems.add("basic_auth_users", f"{len(section):,} users, more than {MAX_USERS:,}: scrapers, not people")
+        return users
+    for name, hashed in section.items():
         if not isinstance(name, str) or not name:
             problems.add("basic_auth_users", f"user name {name!r} is not a string: quote it")
         elif ":" in name:

@@ -8,6 +8,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +297,19 @@ def test_a_bcrypt_cost_above_the_limit_is_refused_naming_the_user_and_the_limit(
     hashed = f"$2b${cost:02d}$" + HASH[7:]
     (problem,) = _users_problems(tmp_path, hashed)
     assert f"basic_auth_users.{USER}: bcrypt cost {cost} is above {web_config.MAX_BCRYPT_COST}" in problem, problem
+
+
+def test_more_users_than_scrapers_are_refused_before_any_hash_is_checked(tmp_path):
+    users = {f"scraper{number}": HASH for number in range(web_config.MAX_USERS + 1)}
+    started = time.monotonic()
+    (problem,) = _problems(_web_config(tmp_path, {"basic_auth_users": users}))
+    checking = time.monotonic() - started
+    assert problem == f"{tmp_path / 'web.yml'}: basic_auth_users: 1,001 users, more than 1,000: scrapers, not people"
+    # Not one hash was checked: the same file at the limit, each hash checked, takes longer than the refusal.
+    del users["scraper0"]
+    started = time.monotonic()
+    assert len(load_web_config(_web_config(tmp_path, {"basic_auth_users": users})).users) == web_config.MAX_USERS
+    assert time.monotonic() - started > checking
 
 
 def test_a_password_longer_than_bcrypt_reads_is_checked_on_its_first_72_bytes_as_exporter_toolkit_does(ca, tmp_path):
