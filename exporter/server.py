@@ -149,12 +149,21 @@ async def _send(request: web.Request, response: web.StreamResponse) -> None:
 
 
 class WebSecurity:
-    """The web config's basic auth and response headers as they apply now: a reload swaps in the re-read file's.
-    Its TLS context is the one the port was opened with."""
+    """The web config as it applies now: a reload swaps in the re-read file's basic auth, response headers and
+    TLS certificates. The port stays on the protocol it was opened with (HTTP or HTTPS) and its TLS versions."""
 
     def __init__(self, web_config: WebConfig):
         self.web_config = web_config
         self.auth = BasicAuth(web_config.users)
+        if web_config.tls is not None:
+            # Called at each handshake, even one without SNI: a certificate renewed on disk (cert-manager's) serves
+            # new connections after a SIGHUP, without closing the port.
+            web_config.tls.sni_callback = self._current_tls
+
+    def _current_tls(self, connection: ssl.SSLObject, server_name: str | None, opened_with: ssl.SSLContext) -> None:
+        current = self.web_config.tls
+        if current is not None and current is not opened_with:
+            connection.context = current
 
     def use(self, web_config: WebConfig) -> None:
         self.web_config = web_config
@@ -327,10 +336,14 @@ class Reloader:
         except Exception as error:  # as for the config: the port keeps its web config and serves on
             log.error("web config reload failed, keeping the running one: %s: %s", type(error).__name__, error)
             return
-        # The port keeps the TLS context it was opened with.
-        tls = new.tls is not None or security.web_config.tls is not None
+        was_tls, is_tls = security.web_config.tls is not None, new.tls is not None
         security.use(new)
-        tls_note = "; its tls_server_config takes effect only after a restart" if tls else ""
+        if was_tls != is_tls:
+            tls_note = "; switching between HTTP and HTTPS takes effect only after a restart"
+        elif is_tls:
+            tls_note = "; its certificates and client CA serve new connections (TLS versions take a restart)"
+        else:
+            tls_note = ""
         log.info(
             "web config %s applied: %d basic auth users, %d headers%s", path, len(new.users), len(new.headers), tls_note
         )

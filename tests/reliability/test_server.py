@@ -451,8 +451,9 @@ def _secured(directory: Path) -> Secured:
 
 
 @contextlib.contextmanager
-def _tls_daemon(workdir: Path, base: str, secured: Secured) -> Iterator[str]:
-    """`plimsoll run --web-config`, ready when /healthz answers over TLS; yields its address (host:port)."""
+def _tls_daemon(workdir: Path, base: str, secured: Secured) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`plimsoll run --web-config`, ready when /healthz answers over TLS; yields its address (host:port) and
+    process."""
     address = f"{LOOPBACK}:{free_port()}"
     config = workdir / "plimsoll.yaml"
     config.write_text(yaml.safe_dump({**_fleet(base, 1), "poll_interval": "1s"}))
@@ -470,7 +471,7 @@ def _tls_daemon(workdir: Path, base: str, secured: Secured) -> Iterator[str]:
 
     try:
         wait_until(healthy, COMMAND_TIMEOUT_S, f"plimsoll answering over TLS on {address}")
-        yield address
+        yield address, process
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -478,6 +479,39 @@ def _tls_daemon(workdir: Path, base: str, secured: Secured) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def _served_certificate(address: str, context: ssl.SSLContext) -> bytes:
+    host, port = address.rsplit(":", 1)
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        served = tls.getpeercert(binary_form=True)
+    assert served is not None
+    return served
+
+
+def test_a_certificate_renewed_on_disk_serves_new_connections_after_sighup_without_closing_the_port(tmp_path):
+    secured = _secured(tmp_path)
+    trust = ssl.create_default_context()
+    secured.ca.configure_trust(trust)
+    with app_in_thread(_engine_pages()) as base, _tls_daemon(tmp_path, base, secured) as (address, process):
+        first = _served_certificate(address, trust)
+        # What cert-manager does: the same files, a new certificate from the same CA.
+        secured.ca.issue_cert(LOOPBACK).private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+        renewed = ssl.DER_cert_to_PEM_cert(first) not in (tmp_path / "server.pem").read_text()
+        assert renewed, "the test's new certificate is the old one"
+        process.send_signal(signal.SIGHUP)
+        wait_until(
+            lambda: _served_certificate(address, trust) != first or None,
+            COMMAND_TIMEOUT_S,
+            "the renewed certificate served after SIGHUP",
+        )
+        assert process.poll() is None
+        assert _https_status(f"https://{address}/healthz", trust) == 200
+    log = (tmp_path / "plimsoll.log").read_text()
+    assert "certificates and client CA serve new connections" in log, log[-3000:]
 
 
 def _https_status(url: str, context: ssl.SSLContext) -> int | None:
@@ -495,7 +529,7 @@ def test_prometheus_scrapes_the_daemon_over_tls_with_basic_auth_and_a_wrong_pass
     tmp_path, prometheus_tools
 ):
     secured = _secured(tmp_path)
-    with app_in_thread(_engine_pages()) as base, _tls_daemon(tmp_path, base, secured) as address:
+    with app_in_thread(_engine_pages()) as base, _tls_daemon(tmp_path, base, secured) as (address, _):
         tls = {"ca_file": str(secured.ca_file)}
         jobs = [
             scrape_job(
