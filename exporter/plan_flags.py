@@ -15,7 +15,14 @@ from exporter import display
 from exporter.capacity import quantization
 from exporter.capacity.architecture import MAX_POSITIONS
 from exporter.capacity.gpus import GpuSpec
-from exporter.capacity.plan import Deployment, PlanError
+from exporter.capacity.plan import (
+    MAX_GPU_MEMORY_BYTES,
+    MAX_GPU_TIB,
+    MAX_PARALLEL,
+    MAX_SEQUENCES,
+    Deployment,
+    PlanError,
+)
 from exporter.catalog import find_gpu
 from exporter.cli_args import (
     context_length_arg,
@@ -34,12 +41,6 @@ _DEFAULT_ENGINE = "vllm"
 _ALIASES = {s.flag: s.spellings() for s in SETTINGS}
 
 
-# Upper bounds of the flags, each far past any real deployment's (in brackets), so that a slip or a hostile value is
-# refused with the range instead of planned into a figure nobody could use.
-_MAX_GPU_TIB = 4  # (288 GB on the largest GPUs)
-_MAX_GPU_MEMORY = _MAX_GPU_TIB * 1024**4
-_MAX_PARALLEL = 1024  # per parallel dimension (TP 8 or 16; DP a few hundred in wide expert parallelism)
-_MAX_SEQUENCES = 1_048_576  # requests one engine batches (vLLM's defaults are 256 and 1024)
 _MAX_TOKENS = MAX_POSITIONS  # context lengths, batched tokens and block sizes: no model is longer
 
 
@@ -63,9 +64,9 @@ def at_most(convert: Callable[[str], int | None], most: int, accepted: str = "")
 
 
 tokens_arg = at_most(positive_int, _MAX_TOKENS)
-_parallel_arg = at_most(positive_int, _MAX_PARALLEL)
-_gpu_memory_arg = at_most(gpu_memory_arg, _MAX_GPU_MEMORY, f"1 GiB to {_MAX_GPU_TIB} TiB (e.g. 80GiB)")
-_pool_size_arg = at_most(memory_size_arg, _MAX_GPU_MEMORY, f"up to {_MAX_GPU_TIB} TiB, one GPU's memory at most")
+_parallel_arg = at_most(positive_int, MAX_PARALLEL)
+_gpu_memory_arg = at_most(gpu_memory_arg, MAX_GPU_MEMORY_BYTES, f"1 GiB to {MAX_GPU_TIB} TiB (e.g. 80GiB)")
+_pool_size_arg = at_most(memory_size_arg, MAX_GPU_MEMORY_BYTES, f"up to {MAX_GPU_TIB} TiB, one GPU's memory at most")
 
 
 def _deployment_arguments(p: argparse._ActionsContainer) -> None:
@@ -90,7 +91,7 @@ def _deployment_arguments(p: argparse._ActionsContainer) -> None:
         help="context length, e.g. 32768 or 32K (default: the model's)",
     )
     add("--max-num-batched-tokens", type=at_most(engine_int, _MAX_TOKENS), help="default: vLLM's for this GPU")
-    add("--max-num-seqs", type=at_most(positive_int, _MAX_SEQUENCES), help="default: vLLM's for this GPU")
+    add("--max-num-seqs", type=at_most(positive_int, MAX_SEQUENCES), help="default: vLLM's for this GPU")
     add("--dtype", help="weights dtype: auto, bfloat16, float16, float32 (default auto)")
     add("--kv-cache-dtype", help="auto (the weights' dtype) or fp8 (default auto)")
     add("--block-size", type=tokens_arg, help="KV block size in tokens (default: vLLM's)")
@@ -102,7 +103,7 @@ def _deployment_arguments(p: argparse._ActionsContainer) -> None:
     add(
         "--kv-cache-memory-bytes",
         dest="kv_cache_memory",
-        type=at_most(engine_int, _MAX_GPU_MEMORY, f"up to {_MAX_GPU_TIB}T ({_MAX_GPU_TIB} TiB)"),
+        type=at_most(engine_int, MAX_GPU_MEMORY_BYTES, f"up to {MAX_GPU_TIB}T ({MAX_GPU_TIB} TiB)"),
         help="vLLM's own flag, in vLLM's units (8G = 8 GiB, 8g = 8e9): the same as --kv-cache-memory",
     )
     add("--quantization", help="online quantization of a 16-bit checkpoint: fp8 or bitsandbytes")

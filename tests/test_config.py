@@ -221,6 +221,27 @@ def test_a_target_with_a_bad_url_still_has_its_other_fields_checked():
     ]
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "accepted"),
+    [
+        ("tensor_parallel", "1025", "1 to 1,024"),
+        ("pipeline_parallel", "100000", "1 to 1,024"),
+        ("max_num_seqs", "1e12", "1 to 1,048,576"),
+        ("max_model_len", "1e300", "1 to 1,073,741,824"),
+        ("max_num_batched_tokens", "2147483648", "1 to 1,073,741,824"),
+        ("block_size", "1e20", "1 to 1,073,741,824"),
+        ("kv_cache_memory", "1e30GiB", "up to 4 TiB"),
+    ],
+)
+def test_a_deployment_setting_past_any_real_deployment_is_refused_with_its_range(field, value, accepted):
+    # The daemon plans each target from these, as `plimsoll plan` does from its flags, with the same bounds.
+    text = f"targets: [{{url: 'http://a:1/metrics', deployment: {{{field}: {value}}}}}]"
+    with pytest.raises(ConfigError) as error:
+        parse_config(text, "c.yaml", environ={})
+    (problem,) = error.value.problems
+    assert problem.startswith(f"c.yaml: targets[0].deployment.{field}: ") and accepted in problem, problem
+
+
 def test_limits_per_target_poll_interval_and_web_config_are_read(tmp_path):
     (tmp_path / "web.yml").write_text("basic_auth_users: {}\n")
     text = """

@@ -28,6 +28,14 @@ class PlanError(ValueError):
     """A deployment that cannot be planned at all (as opposed to one that does not fit)."""
 
 
+# Upper bounds of a deployment's settings, each far past any real deployment's (in brackets), so that a slip or a
+# hostile value, from a flag or a config, is refused with the range instead of planned into a figure nobody could use.
+MAX_GPU_TIB = 4  # (288 GB on the largest GPUs)
+MAX_GPU_MEMORY_BYTES = MAX_GPU_TIB * 1024**4
+MAX_PARALLEL = 1024  # per parallel dimension (TP 8 or 16; DP a few hundred in wide expert parallelism)
+MAX_SEQUENCES = 1_048_576  # requests one engine batches (vLLM's defaults are 256 and 1024)
+
+
 @dataclass(frozen=True)
 class Deployment:
     """The engine flags that decide memory; None means the engine's default."""

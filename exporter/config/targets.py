@@ -4,19 +4,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from exporter.capacity.architecture import MAX_POSITIONS
 from exporter.capacity.kv import KV_DTYPE_BYTES
-from exporter.capacity.plan import Deployment
+from exporter.capacity.plan import MAX_GPU_MEMORY_BYTES, MAX_GPU_TIB, MAX_PARALLEL, MAX_SEQUENCES, Deployment
 from exporter.config.model import ENGINE_NAMES, BasicAuth, Target
 from exporter.config.reader import Reader
 from exporter.config.validators import (
     label_value,
     one_of,
+    positive_int_at_most,
     readable_file,
     shown,
     text_value,
     validate_boolean,
     validate_duration,
-    validate_positive_int,
     validate_ratio,
     validate_url,
 )
@@ -41,19 +42,27 @@ def _deployment(r: Reader, raw: Any, path: str) -> Deployment:
     data = r.mapping(raw, path)
     r.unknown(data, path, _DEPLOYMENT_FIELDS)
     p = f"{path}."
+    parallel, tokens = positive_int_at_most(MAX_PARALLEL), positive_int_at_most(MAX_POSITIONS)
     return Deployment(
-        tensor_parallel=r.convert(data, "tensor_parallel", p, validate_positive_int, 1),
-        pipeline_parallel=r.convert(data, "pipeline_parallel", p, validate_positive_int, 1),
+        tensor_parallel=r.convert(data, "tensor_parallel", p, parallel, 1),
+        pipeline_parallel=r.convert(data, "pipeline_parallel", p, parallel, 1),
         gpu_memory_utilization=r.convert(data, "gpu_memory_utilization", p, validate_ratio, None),
-        max_model_len=r.convert(data, "max_model_len", p, validate_positive_int, None),
-        max_num_batched_tokens=r.convert(data, "max_num_batched_tokens", p, validate_positive_int, None),
-        max_num_seqs=r.convert(data, "max_num_seqs", p, validate_positive_int, None),
+        max_model_len=r.convert(data, "max_model_len", p, tokens, None),
+        max_num_batched_tokens=r.convert(data, "max_num_batched_tokens", p, tokens, None),
+        max_num_seqs=r.convert(data, "max_num_seqs", p, positive_int_at_most(MAX_SEQUENCES), None),
         kv_cache_dtype=r.convert(data, "kv_cache_dtype", p, one_of(("auto", *KV_DTYPE_BYTES)), "auto"),
         dtype=r.convert(data, "dtype", p, text_value("a dtype such as bfloat16"), "auto"),
-        block_size=r.convert(data, "block_size", p, validate_positive_int, None),
-        kv_cache_memory_bytes=r.convert(data, "kv_cache_memory", p, parse_size, None),
+        block_size=r.convert(data, "block_size", p, tokens, None),
+        kv_cache_memory_bytes=r.convert(data, "kv_cache_memory", p, _kv_cache_memory, None),
         enforce_eager=r.convert(data, "enforce_eager", p, validate_boolean, False),
     )
+
+
+def _kv_cache_memory(value: Any) -> int:
+    size = parse_size(value)
+    if size > MAX_GPU_MEMORY_BYTES:
+        raise ValueError(f"{shown(value)} is out of range: Plimsoll accepts up to {MAX_GPU_TIB} TiB, one GPU's memory")
+    return size
 
 
 def _gpus(value: Any) -> tuple[str, ...] | None:

@@ -77,6 +77,18 @@ def validate_positive_int(value: Any) -> int:
     return int(number)
 
 
+def positive_int_at_most(most: int) -> Callable[[Any], int]:
+    """A whole number from 1 to `most`."""
+
+    def check(value: Any) -> int:
+        number = validate_positive_int(value)
+        if number > most:
+            raise ValueError(f"{number:,} is out of range: Plimsoll accepts 1 to {most:,}")
+        return number
+
+    return check
+
+
 def validate_duration(value: Any) -> float:
     """A duration longer than zero, with its unit (5s, 500ms, 1h30m)."""
     seconds = parse_duration(value)
