@@ -79,7 +79,7 @@ class _Malformed(Exception):
 _TEXT_OR_NULL = (str, type(None))
 # The values each instance row shows. One that is null, "+Inf" or "-Inf" (the daemon writes JSON's missing
 # infinities so), or a number past any an engine reports (status_format.MAX_SHOWN), shows as missing.
-_INSTANCE_VALUES = (
+INSTANCE_VALUES = (
     "kv_cache_usage_ratio",
     "kv_cache_headroom_tokens",
     "headroom_requests_p95",
@@ -158,7 +158,7 @@ def _check_instance(instance: Any, where: str) -> None:
     for key in ("engine", "dp_rank"):
         _field(instance, key, (str,), "text", where)
     _field(instance, "model", _TEXT_OR_NULL, "text or null", where)
-    for key in _INSTANCE_VALUES:
+    for key in INSTANCE_VALUES:
         value = _field(instance, key, (int, float, str, type(None)), "a number or null", where)
         if isinstance(value, str) and value not in _INFINITIES:
             raise _Malformed(f'{where}.{key} is not a number, "+Inf", "-Inf" or null')

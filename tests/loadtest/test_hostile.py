@@ -11,6 +11,7 @@ import itertools
 import json
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -24,7 +25,7 @@ from exporter.loadtest.measure import SloSpec
 from exporter.loadtest.runner import LoadtestError, RunSettings, open_run, run_step, served_models
 from exporter.loadtest.steps import Outcome, SearchSettings, run_steps
 from exporter.loadtest.workload import WorkloadError, load_trace
-from tests.loadtest.fake_openai import Behaviour, serving
+from tests.loadtest.fake_openai import Behaviour, Observed, serving
 from tests.loadtest.test_cli import VLLM_PAGE, fake_server, loadtest_args
 from tests.loadtest.test_runner import WORKLOAD
 
@@ -168,35 +169,32 @@ def test_each_steps_errors_keep_their_reasons_in_result_json(
     assert step["error_reasons"] == {"http 503": step["errors"]}
 
 
-def test_a_redirect_to_another_origin_is_refused_naming_where_it_pointed() -> None:
-    async def go() -> tuple[str, int]:
+def _refused_run(redirecting: Callable[[str], Behaviour]) -> tuple[str, Observed]:
+    """The refusal of a run against a server that redirects to another (whose base URL `redirecting` is given),
+    and what that other server saw."""
+
+    async def go() -> tuple[str, Observed]:
         async with serving(Behaviour()) as elsewhere:
-            target = elsewhere.url + "/v1/completions"
-            async with serving(Behaviour(redirect_to=target)) as fake:
+            async with serving(redirecting(elsewhere.url)) as fake:
                 settings = RunSettings(url=fake.url, workload=WORKLOAD, api_key="sk-s3cret")
                 with pytest.raises(LoadtestError) as refused:
                     async with open_run(settings):
                         pass
-            return str(refused.value), elsewhere.observed.requests
+            return str(refused.value), elsewhere.observed
 
-    message, followed = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_a_redirect_to_another_origin_is_refused_naming_where_it_pointed() -> None:
+    message, elsewhere = _refused_run(lambda url: Behaviour(redirect_to=url + "/v1/completions"))
     assert "redirected to http://127.0.0.1:" in message and "/v1/completions" in message
-    assert followed == 0
+    assert elsewhere.requests == 0
 
 
 def test_a_model_list_or_health_check_redirected_elsewhere_is_refused_and_the_key_never_sent_there() -> None:
-    async def go() -> tuple[str, list[str | None]]:
-        async with serving(Behaviour()) as elsewhere:
-            async with serving(Behaviour(redirect_gets_to=elsewhere.url)) as fake:
-                settings = RunSettings(url=fake.url, workload=WORKLOAD, api_key="sk-s3cret")
-                with pytest.raises(LoadtestError) as refused:
-                    async with open_run(settings):
-                        pass
-            return str(refused.value), elsewhere.observed.authorization
-
-    message, seen_elsewhere = asyncio.run(go())
+    message, elsewhere = _refused_run(lambda url: Behaviour(redirect_gets_to=url))
     assert "/v1/models redirected to http://127.0.0.1:" in message and "does not follow redirects" in message
-    assert seen_elsewhere == []  # neither GET was followed, so the key never left for the other origin
+    assert elsewhere.authorization == []  # neither GET was followed, so the key never left for the other origin
 
 
 def test_a_dataset_number_too_long_to_read_names_the_file_and_line(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 
 from exporter.status_client import (
+    INSTANCE_VALUES,
     MAX_CELL_CHARS,
     MAX_HISTORY_POINTS,
     MAX_ROWS,
@@ -136,19 +137,7 @@ def test_a_redirect_to_another_origin_is_not_followed_with_the_password(hostile)
 
 def _instance(**fields: Any) -> dict[str, Any]:
     """An instance with every value the rows read, as a daemon writes it, then `fields`."""
-    values = dict.fromkeys(
-        (
-            "kv_cache_usage_ratio",
-            "kv_cache_headroom_tokens",
-            "headroom_requests_p95",
-            "requests_running",
-            "requests_waiting",
-            "preemptions_total",
-            "saturation_eta_seconds",
-            "model_capacity_error_ratio",
-        ),
-        0.5,
-    )
+    values = dict.fromkeys(INSTANCE_VALUES, 0.5)
     return {"engine": "vllm", "dp_rank": "0", "model": "m", **values, "kv_usage_history": [], "reasons": {}, **fields}
 
 
