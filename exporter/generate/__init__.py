@@ -6,12 +6,12 @@ committed files differ from what the config generates and lints the scaler files
 """
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exporter.config import Config, ConfigError, read_config_text
 from exporter.files import read_regular_file, write_atomically
+from exporter.generate.artifact import Artifact
 
 if TYPE_CHECKING:
     from exporter.generate.autoscaling import FileLint
@@ -20,12 +20,6 @@ if TYPE_CHECKING:
 # Of all the scaler folder's YAML together: generated files are a few kilobytes a workload, and the lint parses
 # about a mebibyte in six seconds, so a folder of thousands of large files would keep --check busy for hours.
 MAX_SCALER_FOLDER_CHARS = 4 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Artifact:
-    path: str  # relative to the output directory, e.g. "rules/plimsoll.rules.yaml"
-    text: str
 
 
 def artifacts(config: Config) -> list[Artifact]:

@@ -28,7 +28,8 @@ from exporter.config import (
     check_model_labels,
     load_yaml_documents,
 )
-from exporter.generate import Artifact, rules
+from exporter.generate import rules
+from exporter.generate.artifact import Artifact
 
 DIRECTORY = "deploy/kubernetes/autoscaling"
 ADAPTER_RULES_PATH = f"{DIRECTORY}/prometheus-adapter-rules.yaml"

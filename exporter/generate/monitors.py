@@ -13,7 +13,8 @@ from typing import Any
 import yaml
 
 from exporter.config import Config
-from exporter.generate import Artifact, rules
+from exporter.generate import rules
+from exporter.generate.artifact import Artifact
 
 SERVICE_MONITOR_PATH = "deploy/kubernetes/servicemonitor.yaml"
 POD_MONITOR_PATH = "deploy/kubernetes/podmonitor.yaml"

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from exporter.config import AlertingConfig, AutoscalingConfig, Config, ScaledWorkload, SloConfig, check_model_labels
-from exporter.generate import Artifact
+from exporter.generate.artifact import Artifact
 from exporter.slo import BurnWindow, burn_rate_factors
 
 RULES_PATH = "rules/plimsoll.rules.yaml"
