@@ -2,7 +2,8 @@
 
 Engine series carry `target`, `engine`, `model` and `dp_rank` (the engine's own data-parallel index; "" when the
 engine runs one). GPU series carry `gpu` (NVML index) and `uuid`. Names follow the Prometheus guide: base units,
-`_ratio` in 0..1, `_total` only on counters, no timestamps. README "Metrics" lists them all.
+`_ratio` in 0..1, `_total` only on counters, no timestamps. Each family's name, help and labels come from
+exporter/metrics_list.py, which lists them all (rendered into docs/metrics.md).
 """
 
 import math
@@ -12,14 +13,34 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from exporter import __version__
+from exporter.metrics_list import BY_NAME
 from exporter.snapshot import FAILURE_REASONS, InstanceState, Snapshot, TargetState, process_owner
-
-ENGINE_LABELS = ["target", "engine", "model", "dp_rank"]
+from exporter.sources.nvml import GpuReading
 
 
 def _model(state: TargetState, served: str | None) -> str:
     """The `model` label: what the engine says it serves, else the target's configured model."""
     return served or state.target.model or ""
+
+
+def _gauge(name: str, value: float | None = None) -> GaugeMetricFamily:
+    """The listed gauge `name`; with `value`, its one unlabelled sample."""
+    spec = BY_NAME[name]
+    family = GaugeMetricFamily(name, spec.help, labels=spec.labels)
+    if value is not None:
+        family.add_metric([], value)
+    return family
+
+
+def _counter(name: str) -> CounterMetricFamily:
+    spec = BY_NAME[name]
+    return CounterMetricFamily(name, spec.help, labels=spec.labels)  # takes `_total` off the family name itself
+
+
+def _info(name: str) -> InfoMetricFamily:
+    spec = BY_NAME[name]
+    # InfoMetricFamily adds `_info` to its samples' names, so the family is named without it.
+    return InfoMetricFamily(name.removesuffix("_info"), spec.help, labels=spec.labels)
 
 
 def _labels(state: TargetState, instance: InstanceState) -> list[str]:
@@ -33,13 +54,13 @@ class _EngineFamilies:
     def __init__(self) -> None:
         self.families: list[GaugeMetricFamily | CounterMetricFamily] = []
 
-    def gauge(self, name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
-        family = GaugeMetricFamily(name, doc, labels=[*ENGINE_LABELS, *extra])
+    def gauge(self, name: str) -> GaugeMetricFamily:
+        family = _gauge(name)
         self.families.append(family)
         return family
 
-    def counter(self, name: str, doc: str, extra: tuple[str, ...] = ()) -> CounterMetricFamily:
-        family = CounterMetricFamily(name, doc, labels=[*ENGINE_LABELS, *extra])
+    def counter(self, name: str) -> CounterMetricFamily:
+        family = _counter(name)
         self.families.append(family)
         return family
 
@@ -51,42 +72,25 @@ def _put(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], val
 
 def _engine_families(snapshot: Snapshot) -> list[GaugeMetricFamily | CounterMetricFamily]:
     f = _EngineFamilies()
-    usage = f.gauge("plimsoll_kv_cache_usage_ratio", "KV-cache usage the engine reports, 0..1.")
-    capacity = f.gauge(
-        "plimsoll_kv_cache_capacity_tokens",
-        "KV-cache capacity in tokens: what the engine allocated (source=engine) and what the capacity model "
-        "predicts for the configured deployment (source=model).",
-        ("source",),
-    )
-    used = f.gauge("plimsoll_kv_cache_used_tokens", "KV-cache tokens in use (usage x capacity).")
-    free = f.gauge("plimsoll_kv_cache_headroom_tokens", "KV-cache tokens that still fit.")
-    requests = f.gauge(
-        "plimsoll_headroom_requests",
-        "Requests of the observed footprint (mean or p95 prompt+output tokens) that still fit in the KV cache.",
-        ("footprint",),
-    )
-    footprint = f.gauge(
-        "plimsoll_request_footprint_tokens", "Tokens one request holds at its end: prompt plus output.", ("footprint",)
-    )
-    running = f.gauge("plimsoll_requests_running", "Requests the engine is running.")
-    waiting = f.gauge("plimsoll_requests_waiting", "Requests queued in the engine.")
-    preemptions = f.counter("plimsoll_preemptions", "Requests the engine preempted (SGLang: retracted).")
-    prompt = f.counter("plimsoll_prompt_tokens", "Prompt tokens the engine processed.")
-    generation = f.counter("plimsoll_generation_tokens", "Tokens the engine generated.")
-    eta = f.gauge(
-        "plimsoll_saturation_eta_seconds",
-        "Seconds until KV usage reaches the saturation threshold at the current trend; +Inf when flat or falling.",
-    )
-    slo_total = f.counter("plimsoll_slo_requests", "Requests observed for each latency SLI.", ("slo",))
-    slo_good = f.counter("plimsoll_slo_good_requests", "Requests within the SLO's latency threshold.", ("slo",))
-    weights = f.gauge("plimsoll_model_weights_bytes", "Model weights per GPU, as the capacity model computes them.")
-    per_token = f.gauge("plimsoll_model_kv_bytes_per_token", "KV-cache bytes one token costs on one GPU.")
-    activation = f.gauge("plimsoll_model_activation_bytes", "Activation peak the model expects per GPU.")
-    overhead = f.gauge("plimsoll_model_overhead_bytes", "Non-torch and CUDA-graph memory the model expects per GPU.")
-    drift = f.gauge(
-        "plimsoll_model_capacity_error_ratio",
-        "(engine KV capacity - model KV capacity) / model KV capacity: the model's miss, or a misconfiguration.",
-    )
+    usage = f.gauge("plimsoll_kv_cache_usage_ratio")
+    capacity = f.gauge("plimsoll_kv_cache_capacity_tokens")
+    used = f.gauge("plimsoll_kv_cache_used_tokens")
+    free = f.gauge("plimsoll_kv_cache_headroom_tokens")
+    requests = f.gauge("plimsoll_headroom_requests")
+    footprint = f.gauge("plimsoll_request_footprint_tokens")
+    running = f.gauge("plimsoll_requests_running")
+    waiting = f.gauge("plimsoll_requests_waiting")
+    preemptions = f.counter("plimsoll_preemptions_total")
+    prompt = f.counter("plimsoll_prompt_tokens_total")
+    generation = f.counter("plimsoll_generation_tokens_total")
+    eta = f.gauge("plimsoll_saturation_eta_seconds")
+    slo_total = f.counter("plimsoll_slo_requests_total")
+    slo_good = f.counter("plimsoll_slo_good_requests_total")
+    weights = f.gauge("plimsoll_model_weights_bytes")
+    per_token = f.gauge("plimsoll_model_kv_bytes_per_token")
+    activation = f.gauge("plimsoll_model_activation_bytes")
+    overhead = f.gauge("plimsoll_model_overhead_bytes")
+    drift = f.gauge("plimsoll_model_capacity_error_ratio")
     for state in snapshot.targets:
         for instance in state.instances:
             labels = _labels(state, instance)
@@ -119,26 +123,11 @@ def _engine_families(snapshot: Snapshot) -> list[GaugeMetricFamily | CounterMetr
 
 
 def _target_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-    up = GaugeMetricFamily("plimsoll_target_up", "1 when the last poll of the target succeeded.", labels=["target"])
-    failures = CounterMetricFamily(
-        "plimsoll_target_poll_failures",
-        f"Failed polls of the target by reason ({', '.join(FAILURE_REASONS)}).",
-        labels=["target", "reason"],
-    )
-    success = GaugeMetricFamily(
-        "plimsoll_target_last_success_timestamp_seconds",
-        "Unix time of the target's last successful poll.",
-        labels=["target"],
-    )
-    duration = GaugeMetricFamily(
-        "plimsoll_target_scrape_duration_seconds", "How long the last poll of the target took.", labels=["target"]
-    )
-    cost = GaugeMetricFamily(
-        "plimsoll_target_gpu_hourly_cost",
-        "What the GPUs the target runs on cost per hour, in the currency of pricing.gpu_hour; absent where any of "
-        "them has no price.",
-        labels=["target", "model"],
-    )
+    up = _gauge("plimsoll_target_up")
+    failures = _counter("plimsoll_target_poll_failures_total")
+    success = _gauge("plimsoll_target_last_success_timestamp_seconds")
+    duration = _gauge("plimsoll_target_scrape_duration_seconds")
+    cost = _gauge("plimsoll_target_gpu_hourly_cost")
     for state in snapshot.targets:
         name = state.target.name
         up.add_metric([name], 1.0 if state.up else 0.0)
@@ -157,34 +146,23 @@ def _gpu_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | InfoMetric
     nvml = snapshot.nvml
     if nvml is None:
         return  # NVML switched off (`nvml: false`, CPU-only hosts): no GPU series at all, and no alert on them
-    yield GaugeMetricFamily("plimsoll_nvml_up", "1 when the last NVML read succeeded.", value=1.0 if nvml.up else 0.0)
+    yield _gauge("plimsoll_nvml_up", 1.0 if nvml.up else 0.0)
     if not nvml.up:
         return
-    info = InfoMetricFamily("plimsoll_gpu", "GPU identity.", labels=["gpu", "uuid", "name", "driver_version"])
-    memory: dict[str, tuple[str, Callable[..., float | None]]] = {
-        "total": ("Total GPU memory (NVML memory info v2).", lambda g: g.total_bytes),
-        "used": ("GPU memory in use, driver reserve excluded.", lambda g: g.used_bytes),
-        "reserved": ("GPU memory the driver reserves.", lambda g: g.reserved_bytes),
-        "free": ("GPU memory free.", lambda g: g.free_bytes),
+    info = _info("plimsoll_gpu_info")
+    memory: dict[str, Callable[[GpuReading], float | None]] = {
+        "plimsoll_gpu_memory_total_bytes": lambda g: g.total_bytes,
+        "plimsoll_gpu_memory_used_bytes": lambda g: g.used_bytes,
+        "plimsoll_gpu_memory_reserved_bytes": lambda g: g.reserved_bytes,
+        "plimsoll_gpu_memory_free_bytes": lambda g: g.free_bytes,
     }
-    families = {
-        key: GaugeMetricFamily(f"plimsoll_gpu_memory_{key}_bytes", doc, labels=["gpu", "uuid"])
-        for key, (doc, _) in memory.items()
-    }
-    process = GaugeMetricFamily(
-        "plimsoll_gpu_process_memory_bytes",
-        'GPU memory per process, with the engine target it is attributed to ("" when unknown).',
-        labels=["gpu", "pid", "target"],
-    )
-    unexplained = GaugeMetricFamily(
-        "plimsoll_vram_unexplained_bytes",
-        "GPU memory used beyond what the capacity models of its targets explain (leak, co-tenant, fragmentation).",
-        labels=["gpu"],
-    )
+    families = {name: _gauge(name) for name in memory}
+    process = _gauge("plimsoll_gpu_process_memory_bytes")
+    unexplained = _gauge("plimsoll_vram_unexplained_bytes")
     for gpu in nvml.gpus:
         info.add_metric([gpu.index, gpu.uuid, gpu.name, nvml.driver_version or ""], {})
-        for key, (_, value) in memory.items():
-            _put(families[key], [gpu.index, gpu.uuid], value(gpu))
+        for name, value in memory.items():
+            _put(families[name], [gpu.index, gpu.uuid], value(gpu))
         for proc in gpu.processes:
             owner = process_owner(snapshot, gpu.index, proc.pid) or ""
             _put(process, [gpu.index, str(proc.pid), owner], proc.used_bytes)
@@ -204,22 +182,13 @@ class SnapshotCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily]:
         snapshot = self._current()
-        build = InfoMetricFamily("plimsoll_build", "Plimsoll's version.", labels=["version"])
+        build = _info("plimsoll_build_info")
         build.add_metric([__version__], {})
         yield build
-        yield GaugeMetricFamily(
-            "plimsoll_poll_duration_seconds",
-            "How long the last cycle of discovery and NVML took. Targets are read on their own schedules: see "
-            "plimsoll_target_scrape_duration_seconds.",
-            value=snapshot.poll_duration_seconds,
-        )
-        yield GaugeMetricFamily(
-            "plimsoll_saturation_threshold_ratio",
-            "KV usage counted as saturated (configured, or calibrated by plimsoll loadtest).",
-            value=snapshot.saturation_kv_usage,
-        )
-        objective = GaugeMetricFamily("plimsoll_slo_objective_ratio", "The SLO's objective.", labels=["slo"])
-        threshold = GaugeMetricFamily("plimsoll_slo_threshold_seconds", "The SLO's latency threshold.", labels=["slo"])
+        yield _gauge("plimsoll_poll_duration_seconds", snapshot.poll_duration_seconds)
+        yield _gauge("plimsoll_saturation_threshold_ratio", snapshot.saturation_kv_usage)
+        objective = _gauge("plimsoll_slo_objective_ratio")
+        threshold = _gauge("plimsoll_slo_threshold_seconds")
         for name, seconds, ratio in self._slo_objectives():
             objective.add_metric([name], ratio)
             threshold.add_metric([name], seconds)
