@@ -2,6 +2,7 @@
 rendering; the page's HTML, CSS and script are exporter/data/status.html, read once when this module loads."""
 
 import html
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -235,6 +236,7 @@ def status_page(snapshot: Snapshot) -> str:
         "rows": rows or '<tr><td colspan="11" class="missing">no targets</td></tr>',
         "gpus": gpus,
         "nvml": html.escape(status_format.nvml_line(state)),
+        "max_shown": json.dumps(status_format.MAX_SHOWN),  # one limit for the script and `plimsoll status`
     }
     # One pass, so a target named "{{gpus}}" stays text.
     return re.sub(r"\{\{(\w+)\}\}", lambda match: fields[match.group(1)], STATUS_TEMPLATE)

@@ -17,7 +17,6 @@ import asyncio
 import json
 import math
 import time
-from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from exporter.loadtest.measure import RequestRecord
+from exporter.loadtest.sketch import DurationSummary
 
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -102,9 +102,8 @@ class _Stream:
         self.max_tokens = max_tokens
         self.last_text_at: float | None = None
         self.ttft: float | None = None
-        # 4 bytes a token, not a float object's 32: a long answer at high concurrency holds a gap for every token.
-        # Single precision is a microsecond at a minute's gap, far below what a network stream measures.
-        self.gaps = array("f")
+        # A summary, not a list: a long answer at high concurrency would otherwise hold a gap for every token.
+        self.gaps = DurationSummary()
         self.prompt_tokens: int | None = None
         self.output_tokens: int | None = None
         self.done = False
@@ -120,7 +119,7 @@ class _Stream:
             if self.last_text_at is None:
                 self.ttft = now - self.started
             else:
-                self.gaps.append(now - self.last_text_at)
+                self.gaps.add(now - self.last_text_at)
             self.last_text_at = now
         usage = payload.get("usage")
         return self._usage(usage) if isinstance(usage, dict) else None
@@ -140,11 +139,12 @@ class _Stream:
         return RequestRecord(
             sent_at=sent_at,
             ttft_seconds=self.ttft,
-            itl_seconds=self.gaps,
             e2e_seconds=None if failure else now - self.started,
             prompt_tokens=self.prompt_tokens,
             output_tokens=self.output_tokens,
             error=failure.reason if failure else None,
+            gap_count=self.gaps.count,
+            gap_total_seconds=self.gaps.total_seconds,
         )
 
 
@@ -200,10 +200,12 @@ async def send(
     sent_at: float = 0.0,
     ignore_eos: bool = False,
     allow_short: bool = False,
+    itl_gaps: DurationSummary | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[RequestRecord, Failure | None]:
     """Send one streamed request and measure it; `sent_at` is stored as given (the caller's step clock). Also the
-    failure with the server's own words (the preflight explains them) and its Retry-After (a worker waits it)."""
+    failure with the server's own words (the preflight explains them) and its Retry-After (a worker waits it).
+    A request that completes merges its gaps into `itl_gaps` (its step's), which the record does not carry."""
     stream = _Stream(clock(), max_tokens)
     body = request_body(endpoint, model, prompt, max_tokens, ignore_eos)
     try:
@@ -217,6 +219,8 @@ async def send(
         failure = Failure("connection refused" if refused else "cannot connect", str(error.os_error))
     except (aiohttp.ClientError, OSError) as error:
         failure = Failure("connection lost", f"{type(error).__name__}: {error}")
+    if failure is None and itl_gaps is not None:
+        itl_gaps.merge(stream.gaps)
     return stream.record(sent_at, clock(), failure), failure
 
 

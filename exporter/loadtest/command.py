@@ -276,6 +276,13 @@ def _checked_url(url: str | None, flag: str = "--url") -> str:
             f"{flag}: credentials in the URL would be written into result.json, report.html and logs: give the URL "
             "without them, and the API key with --api-key-file FILE or PLIMSOLL_API_KEY"
         )
+    if flag == "--url" and parts is not None and (parts.query or parts.fragment or url.endswith(("?", "#"))):
+        # A base URL never needs one, and a query is where a key would ride (?api_key=...) into the same outputs.
+        raise LoadtestInputError(
+            f"{flag}: a query string or fragment would be written into result.json, report.html and logs, and a "
+            "base URL needs none: give the URL without it, and the API key with --api-key-file FILE or "
+            "PLIMSOLL_API_KEY"
+        )
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise LoadtestInputError(f"{flag}: {shown(url)!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
     return url.rstrip("/")

@@ -170,7 +170,7 @@ class StepSummary(OfferedLoad):
     engine_signals: tuple[EngineSignal, ...]  # what the engine's samples say of its load, in a fixed order
     ttft_p50_seconds: float | None
     ttft_p99_seconds: float | None
-    itl_p50_seconds: float | None  # over every gap of every request
+    itl_p50_seconds: float | None  # over every gap of every completed request, within sketch.RELATIVE_ACCURACY
     itl_p99_seconds: float | None
     e2e_p50_seconds: float | None
     e2e_p99_seconds: float | None
@@ -260,7 +260,6 @@ def summarize(run: StepRun, slos: SloSpec) -> StepSummary:
     attainment = good / total if total else None
     worst = max(miss_counts, key=lambda name: miss_counts[name])
     ttfts = sorted(r.ttft_seconds for r in completed if r.ttft_seconds is not None)
-    gaps = sorted(gap for r in completed for gap in r.itl_seconds)
     e2es = sorted(r.e2e_seconds for r in completed if r.e2e_seconds is not None)
     usage = sorted(_present(s.kv_cache_usage_ratio for s in run.engine))
     return StepSummary(
@@ -277,8 +276,8 @@ def summarize(run: StepRun, slos: SloSpec) -> StepSummary:
         engine_signals=engine_signals(run.engine),
         ttft_p50_seconds=percentile(ttfts, 0.50),
         ttft_p99_seconds=percentile(ttfts, 0.99),
-        itl_p50_seconds=percentile(gaps, 0.50),
-        itl_p99_seconds=percentile(gaps, 0.99),
+        itl_p50_seconds=run.itl_gaps.quantile(0.50),
+        itl_p99_seconds=run.itl_gaps.quantile(0.99),
         e2e_p50_seconds=percentile(e2es, 0.50),
         e2e_p99_seconds=percentile(e2es, 0.99),
         slo_attainment=attainment,

@@ -1,8 +1,10 @@
 """What a load step measures: per-request client timings, engine readings and the step as a whole. Values only."""
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+from exporter.loadtest.sketch import DurationSummary
 
 
 def step_load(step: Mapping[str, Any]) -> float:
@@ -31,24 +33,18 @@ class RequestRecord:
 
     sent_at: float
     ttft_seconds: float | None  # None when no token arrived
-    # Every gap between streamed chunks that carried tokens (an array: 4 B a gap), until its step is judged; then
-    # `without_gaps` keeps their mean alone, so a run's memory grows with one step's tokens, not all of them.
-    itl_seconds: Sequence[float]
     e2e_seconds: float | None  # None when it did not complete
     prompt_tokens: int | None  # from the server's usage (stream_options.include_usage)
     output_tokens: int | None
     error: str | None
-    judged_mean_itl_seconds: float | None = None  # the gaps' mean, kept by `without_gaps`
+    # The gaps between streamed chunks that carried text: their count and sum, all the ITL objective judges (their
+    # mean). The gaps themselves go into the step's summary (StepRun.itl_gaps), never into the record.
+    gap_count: int = 0
+    gap_total_seconds: float = 0.0
 
     @property
     def mean_itl_seconds(self) -> float | None:
-        if not self.itl_seconds:
-            return self.judged_mean_itl_seconds
-        return sum(self.itl_seconds) / len(self.itl_seconds)
-
-    def without_gaps(self) -> "RequestRecord":
-        """The record once its step is judged: what the outputs read (the mean gap), not every gap."""
-        return replace(self, itl_seconds=(), judged_mean_itl_seconds=self.mean_itl_seconds)
+        return self.gap_total_seconds / self.gap_count if self.gap_count else None
 
     @property
     def completed(self) -> bool:
@@ -119,3 +115,6 @@ class StepRun(OfferedLoad):
     # Open loop (--rate): requests arrived at this rate, whatever the server's pace, and `concurrency` is only the
     # cap on requests in flight. None: a closed loop of `concurrency` requests.
     offered_rate: float | None = None
+    # Every gap between text chunks of the requests that completed, as a summary of bounded size: what the step's ITL
+    # percentiles are read from. Only added to while the step runs.
+    itl_gaps: DurationSummary = field(default_factory=DurationSummary)

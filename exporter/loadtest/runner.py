@@ -27,6 +27,7 @@ import aiohttp
 from exporter.loadtest.client import ENDPOINT_PATHS, Endpoint, Failure, Limits, redirected_to, send
 from exporter.loadtest.judge import MAX_EXTENSION
 from exporter.loadtest.measure import EngineSample, RequestRecord, StepRun
+from exporter.loadtest.sketch import DurationSummary
 from exporter.loadtest.watch import EngineRead, read_engine, watch
 from exporter.loadtest.workload import TraceWorkload, Workload, WorkRequest, requests, run_marker
 
@@ -377,6 +378,7 @@ class _Step:
 
     measured_from: float
     records: list[RequestRecord] = field(default_factory=list)
+    itl_gaps: DurationSummary = field(default_factory=DurationSummary)  # of the measured requests that completed
     in_flight: dict[int, float] = field(default_factory=dict)  # worker -> sent_at of its measured request
     last_done: float = 0.0  # when the last measured request ended
     stopped: asyncio.Event = field(default_factory=asyncio.Event)  # set when the step stops sending
@@ -444,6 +446,7 @@ async def run_step(
                 sent_at=sent - step.measured_from,
                 ignore_eos=settings.ignore_eos,
                 allow_short=settings.allow_short_answers,
+                itl_gaps=step.itl_gaps if measured else None,
                 clock=clock,
             )
         except Exception as error:  # a bug here must be a counted miss, not a silently lost worker
@@ -534,6 +537,7 @@ async def run_step(
         concurrency=concurrency,
         duration_seconds=max(0.0, step.last_done - step.measured_from),
         requests=tuple(step.records),
+        itl_gaps=step.itl_gaps,
         engine=watched.samples,
         engine_error=watched.error,
         client_lag_p99_seconds=_p99(lags),
@@ -559,7 +563,6 @@ def _missed(sent_at: float, error: str) -> RequestRecord:
     return RequestRecord(
         sent_at=sent_at,
         ttft_seconds=None,
-        itl_seconds=(),
         e2e_seconds=None,
         prompt_tokens=None,
         output_tokens=None,

@@ -154,7 +154,7 @@ class _Stepper:
         _refuse_a_dead_server(step_run)
         self.notes.extend(_client_notes(step_run))
         summary = summarize(step_run, slos)
-        self.runs.append(replace(step_run, requests=tuple(record.without_gaps() for record in step_run.requests)))
+        self.runs.append(step_run)
         if self.clock() >= self.run.deadline and not step_run.interrupted:
             # The time limit cut this step short: it ends the search like Ctrl-C, but the run was not interrupted by
             # the user, so it is said in a note and the exit status stays the answer's.

@@ -14,6 +14,9 @@ Which pods, and where their page is, comes from annotations, Prometheus' convent
     plimsoll.io/engine: vllm           else detected from the page
     plimsoll.io/model: meta-llama/Llama-3.1-8B-Instruct   a preset, for the model's metrics
 
+A pod whose name, model or path could not be a config's (a line break, an escape, `<<`: see
+config.validators.label_value) is left out, and the problem logged names it and the annotation.
+
 The API server, token and CA default to the in-cluster service account's; the token is re-read on every refresh
 because projected tokens rotate. A failed refresh keeps the targets of the last good one.
 """
@@ -31,13 +34,18 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from exporter.config import SCAN_PORTS, KubernetesDiscovery, Target, engine_problem
+from exporter.config import SCAN_PORTS, KubernetesDiscovery, Target, engine_problem, label_value
 
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _ANNOTATION_PREFIXES = ("plimsoll.io/", "prometheus.io/")
 _MAX_LIST_BYTES = 32 * 1024 * 1024
+# What the API server says becomes label values, YAML in generated files and text on a terminal: held to the rule
+# a config's target name, model and metrics path are held to, so a discovered pod can say no more than a config can.
+_TARGET_NAME = label_value("a target name")
+_MODEL = label_value("a model preset or the path of a config.json")
+_PATH = label_value("a URL path such as /metrics")
 
 
 @dataclass(frozen=True)
@@ -46,11 +54,14 @@ class PodTargets:
     problems: tuple[str, ...]  # one line per pod left out for a reason its owner can fix
 
 
+def _annotation_key(annotations: Mapping[str, str], name: str) -> str | None:
+    """The annotation that gives `name`: plimsoll.io's if set, else prometheus.io's."""
+    return next((prefix + name for prefix in _ANNOTATION_PREFIXES if annotations.get(prefix + name)), None)
+
+
 def _annotation(annotations: Mapping[str, str], name: str) -> str | None:
-    for prefix in _ANNOTATION_PREFIXES:
-        if value := annotations.get(prefix + name):
-            return value
-    return None
+    key = _annotation_key(annotations, name)
+    return annotations[key] if key else None
 
 
 def _port(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> int | str | None:
@@ -62,6 +73,22 @@ def _port(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> int | str |
         for port in container.get("ports", []):
             if port.get("containerPort") in SCAN_PORTS and port.get("protocol", "TCP") == "TCP":
                 return port["containerPort"]
+    return None
+
+
+def _label_problem(pod: str, annotations: Mapping[str, str]) -> str | None:
+    """Why the pod's name or an annotation that becomes a label cannot be one, naming the annotation; such a pod is
+    left out rather than shown down, since its name or model would carry the bad text into every output."""
+    try:
+        _TARGET_NAME(pod)
+    except ValueError as error:
+        return f"pod {error}; pod left out"
+    for key, check in (("plimsoll.io/model", _MODEL), (_annotation_key(annotations, "path"), _PATH)):
+        if key and annotations.get(key):
+            try:
+                check(annotations[key])
+            except ValueError as error:
+                return f"pod {pod}: annotation {key} {error}; pod left out"
     return None
 
 
@@ -91,6 +118,9 @@ def pod_targets(pod_list: Mapping[str, Any]) -> PodTargets:
         port = _port(pod, annotations)
         if port is None:
             continue
+        if bad_label := _label_problem(name, annotations):  # first: the messages below show the name as it is
+            problems.append(bad_label)
+            continue
         if isinstance(port, str):
             problems.append(f"pod {name}: annotation port {port!r} is not a TCP port number; pod left out")
             continue
@@ -103,7 +133,7 @@ def pod_targets(pod_list: Mapping[str, Any]) -> PodTargets:
                 name=name,
                 url=f"{scheme}://{host}:{port}/{path.lstrip('/')}",
                 engine="auto" if engine_problem(engine) else engine,
-                model=annotations.get("plimsoll.io/model"),
+                model=annotations.get("plimsoll.io/model") or None,
                 source="kubernetes",
                 problem=_annotation_problem(name, annotations, scheme, engine),
             )

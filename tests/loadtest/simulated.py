@@ -31,6 +31,7 @@ from exporter.loadtest.judge import (
 )
 from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun
 from exporter.loadtest.runner import CHECK_INTERVAL_SECONDS
+from exporter.loadtest.sketch import DurationSummary
 
 SAMPLE_INTERVAL_SECONDS = 0.5
 
@@ -78,7 +79,7 @@ class _Request:
     blocks: int = 0
     first_token: float | None = None
     last_token: float | None = None
-    gaps: list[float] = field(default_factory=list)
+    gaps: DurationSummary = field(default_factory=DurationSummary)
 
 
 def simulated_step(
@@ -108,6 +109,7 @@ def simulated_step(
     free_blocks = engine.kv_blocks
     preemptions = 0
     records: list[RequestRecord] = []
+    itl_gaps = DurationSummary()  # of the measured requests that completed, as the runner keeps them
     completions: list[tuple[float, int]] = []  # (when, output tokens) of every completed request, as the runner
     samples: list[EngineSample] = []
     next_sample = start
@@ -138,15 +140,18 @@ def simulated_step(
             completions.append((at, request.generated))
         if request.sent < start:
             return
+        if error is None:
+            itl_gaps.merge(request.gaps)
         records.append(
             RequestRecord(
                 sent_at=request.sent - start,
                 ttft_seconds=None if request.first_token is None else request.first_token - request.sent,
-                itl_seconds=tuple(request.gaps),
                 e2e_seconds=None if error else at - request.sent,
                 prompt_tokens=None if error else request.prompt,
                 output_tokens=None if error else request.generated,
                 error=error,
+                gap_count=request.gaps.count,
+                gap_total_seconds=request.gaps.total_seconds,
             )
         )
 
@@ -243,7 +248,7 @@ def simulated_step(
             if request.first_token is None:
                 request.first_token = now
             else:
-                request.gaps.append(now - (request.last_token or now))
+                request.gaps.add(now - (request.last_token or now))
             request.last_token = now
             request.generated += 1
             if request.generated >= request.output:
@@ -265,6 +270,7 @@ def simulated_step(
         completed_in_window=len(in_window),
         output_tokens_in_window=sum(in_window),
         requests=tuple(records),
+        itl_gaps=itl_gaps,
         engine=tuple(samples),
         engine_error=None,
         client_lag_p99_seconds=engine.client_lag_seconds,

@@ -7,6 +7,7 @@ import pytest
 
 from exporter.loadtest.client import Endpoint, Limits, send
 from exporter.loadtest.measure import RequestRecord
+from exporter.loadtest.sketch import DurationSummary
 from tests.loadtest.fake_openai import Behaviour, closed_port, serving
 
 LIMITS = Limits(total_seconds=10.0, stall_seconds=2.0)
@@ -18,12 +19,15 @@ def _send(
     limits: Limits = LIMITS,
     max_tokens: int = 5,
     allow_short: bool = False,
+    itl_gaps: DurationSummary | None = None,
 ) -> RequestRecord:
     async def go() -> RequestRecord:
         async with serving(behaviour) as fake, aiohttp.ClientSession() as session:
             endpoint = Endpoint.at(fake.url, kind)
             prompt = "one two three"
-            record, _ = await send(session, endpoint, "fake-model", prompt, max_tokens, limits, allow_short=allow_short)
+            record, _ = await send(
+                session, endpoint, "fake-model", prompt, max_tokens, limits, allow_short=allow_short, itl_gaps=itl_gaps
+            )
             return record
 
     return asyncio.run(go())
@@ -34,7 +38,7 @@ def test_ttft_itl_and_e2e_match_what_the_server_was_told(kind: str) -> None:
     record = _send(Behaviour(ttft_seconds=0.2, itl_seconds=0.05), kind, max_tokens=6)
     assert record.error is None
     assert record.ttft_seconds == pytest.approx(0.2, abs=0.08)
-    assert len(record.itl_seconds) == 5
+    assert record.gap_count == 5
     assert record.mean_itl_seconds == pytest.approx(0.05, abs=0.02)
     assert record.e2e_seconds == pytest.approx(0.2 + 5 * 0.05, abs=0.1)
 
@@ -103,6 +107,16 @@ def test_an_answer_shorter_than_max_tokens_is_a_short_answer() -> None:
     record = _send(Behaviour(answer_tokens=2), max_tokens=5)
     assert record.error == "short answer"
     assert record.output_tokens == 2 and record.e2e_seconds is None
+
+
+def test_only_a_completed_request_adds_its_gaps_to_its_steps_summary() -> None:
+    step_gaps = DurationSummary()
+    completed = _send(Behaviour(itl_seconds=0.02), max_tokens=6, itl_gaps=step_gaps)
+    short = _send(Behaviour(answer_tokens=3, itl_seconds=0.02), max_tokens=6, itl_gaps=step_gaps)
+    assert completed.error is None and short.error == "short answer" and short.gap_count == 2
+    assert step_gaps.count == completed.gap_count == 5
+    assert step_gaps.total_seconds == pytest.approx(completed.gap_total_seconds)
+    assert completed.mean_itl_seconds == pytest.approx(0.02, abs=0.01)
 
 
 def test_a_short_answer_is_good_where_early_stops_are_allowed() -> None:

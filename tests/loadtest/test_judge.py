@@ -1,4 +1,5 @@
 import dataclasses
+from collections.abc import Iterable
 
 import pytest
 
@@ -13,6 +14,7 @@ from exporter.loadtest.judge import (
     worth_extending,
 )
 from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun
+from exporter.loadtest.sketch import RELATIVE_ACCURACY, DurationSummary
 
 SLOS = SloSpec(ttft_seconds=0.5, itl_seconds=0.05, objective=0.9)
 
@@ -21,19 +23,25 @@ def record(ttft: float = 0.1, itl: tuple[float, ...] = (0.02, 0.02), error: str 
     return RequestRecord(
         sent_at=0.0,
         ttft_seconds=None if error else ttft,
-        itl_seconds=() if error else itl,
         e2e_seconds=None if error else ttft + sum(itl),
         prompt_tokens=None if error else 100,
         output_tokens=None if error else len(itl) + 1,
         error=error,
+        gap_count=0 if error else len(itl),
+        gap_total_seconds=0.0 if error else sum(itl),
     )
 
 
-def step(requests: list[RequestRecord], engine: tuple[EngineSample, ...] = ()) -> StepRun:
+def step(requests: list[RequestRecord], engine: tuple[EngineSample, ...] = (), gaps: Iterable[float] = ()) -> StepRun:
+    """A step of `requests` whose completed ones streamed `gaps` between them."""
+    itl_gaps = DurationSummary()
+    for gap in gaps:
+        itl_gaps.add(gap)
     return StepRun(
         concurrency=4,
         duration_seconds=10.0,
         requests=tuple(requests),
+        itl_gaps=itl_gaps,
         engine=engine,
         engine_error=None,
         client_lag_p99_seconds=0.001,
@@ -97,12 +105,13 @@ def test_a_request_with_one_output_token_has_no_gaps_and_passes_itl() -> None:
 
 def test_itl_is_judged_on_each_requests_mean_gap_and_names_the_failing_slo() -> None:
     # One long gap in a request whose mean stays under the threshold is not a miss.
-    bursty = record(itl=(0.01, 0.01, 0.12))
-    slow = record(itl=(0.06, 0.07))
-    summary = summarize(step([bursty] * 20 + [slow] * 10), SLOS)
+    bursty, slow = (0.01, 0.01, 0.12), (0.06, 0.07)
+    summary = summarize(step([record(itl=bursty)] * 20 + [record(itl=slow)] * 10, gaps=bursty * 20 + slow * 10), SLOS)
     assert summary.slo_attainment == pytest.approx(20 / 30)
     assert summary.failing_slo == "itl"
-    assert summary.itl_p99_seconds == pytest.approx(0.12)
+    # The step's ITL percentiles are over every gap, not over the requests' means (whose p99 is 0.065).
+    assert summary.itl_p99_seconds == pytest.approx(0.12, rel=RELATIVE_ACCURACY)
+    assert summary.itl_p50_seconds == pytest.approx(0.01, rel=RELATIVE_ACCURACY)
 
 
 def test_an_unsure_step_is_decided_by_its_point_estimate() -> None:

@@ -11,7 +11,7 @@ PLAN = plan(load_model("llama-3-8b"), find_gpu("H100"), Deployment(max_model_len
 
 
 def _record(prompt: int | None, output: int | None, error: str | None = None) -> RequestRecord:
-    return RequestRecord(0.0, 0.1, (), None if error else 1.0, prompt, output, error)
+    return RequestRecord(0.0, 0.1, None if error else 1.0, prompt, output, error)
 
 
 def test_the_model_predicts_the_concurrency_at_which_the_pool_fills() -> None:

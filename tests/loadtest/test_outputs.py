@@ -125,11 +125,12 @@ def _record(sent_at: float, *, error: str | None = None, ttft: float = 0.1, itl:
     return RequestRecord(
         sent_at=sent_at,
         ttft_seconds=None if error else ttft,
-        itl_seconds=() if error else (itl, itl * 3),
         e2e_seconds=None if error else ttft + 4 * itl,
         prompt_tokens=8,
         output_tokens=None if error else 3,
         error=error,
+        gap_count=0 if error else 2,
+        gap_total_seconds=0.0 if error else itl + itl * 3,
     )
 
 

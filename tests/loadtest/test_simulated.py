@@ -1,11 +1,10 @@
 """The simulated engine behaves as its parameters say, so the search tests built on it mean something."""
 
-from collections import Counter
-
 import pytest
 
 from exporter.loadtest.judge import SequentialTest, summarize
 from exporter.loadtest.measure import SloSpec
+from exporter.loadtest.sketch import RELATIVE_ACCURACY
 from tests.loadtest.simulated import SimulatedEngine, SimulatedWorkload, simulated_step
 
 FIXED = SimulatedWorkload(prompt_tokens=64, output_tokens=32)
@@ -14,10 +13,12 @@ FIXED = SimulatedWorkload(prompt_tokens=64, output_tokens=32)
 def test_inter_token_latency_is_the_base_plus_the_per_request_cost_of_the_batch() -> None:
     engine = SimulatedEngine(itl_base_seconds=0.02, itl_per_request_seconds=0.001, prefill_seconds_per_token=0.0)
     run = simulated_step(engine, 8, FIXED, duration=5.0, warmup=1.0)
-    gaps = Counter(round(gap, 9) for record in run.requests for gap in record.itl_seconds)
     # A full batch of 8 while the window is open; smaller ones only as the last requests drain after it.
-    assert gaps.most_common(1)[0][0] == 0.028
-    assert set(gaps) <= {round(0.02 + 0.001 * batch, 9) for batch in range(1, 9)}
+    assert run.itl_gaps.quantile(0.5) == pytest.approx(0.028, rel=RELATIVE_ACCURACY)
+    assert run.itl_gaps.minimum_seconds >= 0.021 - 1e-9
+    assert run.itl_gaps.maximum_seconds == pytest.approx(0.028)
+    means = {round(record.mean_itl_seconds or 0.0, 9) for record in run.requests if record.completed}
+    assert means and all(0.021 - 1e-9 <= mean <= 0.028 + 1e-9 for mean in means)
 
 
 def test_requests_sent_during_the_warm_up_are_discarded() -> None:

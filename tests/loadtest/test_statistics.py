@@ -17,8 +17,8 @@ from exporter.loadtest.measure import RequestRecord, SloSpec, StepRun
 TRIALS = 1000
 LOOK_EVERY = 5  # requests between two looks: at 10 requests a second, the runner's half-second check
 SLOS = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.99)
-GOOD = RequestRecord(0.0, 0.1, (), 0.2, 10, 1, None)
-MISS = RequestRecord(0.0, 0.9, (), 1.0, 10, 1, None)
+GOOD = RequestRecord(0.0, 0.1, 0.2, 10, 1, None)
+MISS = RequestRecord(0.0, 0.9, 1.0, 10, 1, None)
 
 
 def _step_passes(rng: random.Random, attainment: float, requests: int) -> bool:

@@ -78,6 +78,25 @@ def test_a_scheme_annotation_that_is_not_http_marks_the_pod():
     assert target.problem == "pod inference/p: annotation prometheus.io/scheme 'ftp' is not one of http, https"
 
 
+def test_a_name_or_annotation_that_cannot_be_a_label_value_leaves_that_pod_out_with_an_escaped_problem():
+    listed = pod_targets(
+        pod_list(
+            pod("newline", ports=(8000,), annotations={"plimsoll.io/model": "llama\nsaturation: {queue: 999}"}),
+            pod("escape", ports=(8000,), annotations={"prometheus.io/path": "/metrics\x1b]0;pwned\x07"}),
+            pod("template", ports=(8000,), annotations={"plimsoll.io/model": "a<<b"}),
+            pod("evil\x1b[2J", ports=(8000,), annotations={"plimsoll.io/port": "http"}),
+            pod("good", ports=(8000,), annotations={"plimsoll.io/model": "llama-3.1-8b"}),
+        )
+    )
+    assert [(t.name, t.model) for t in listed.targets] == [("inference/good", "llama-3.1-8b")]
+    newline, escape, template, name = listed.problems
+    assert newline.startswith("pod inference/newline: annotation plimsoll.io/model 'llama\\nsaturation")
+    assert escape.startswith("pod inference/escape: annotation prometheus.io/path '/metrics\\x1b]0;pwned\\x07'")
+    assert template.startswith("pod inference/template: annotation plimsoll.io/model 'a<<b' is not a usable label")
+    assert name.startswith("pod 'inference/evil\\x1b[2J' is not a usable label value")  # before the port's problem
+    assert all(p.endswith("; pod left out") and "\n" not in p and "\x1b" not in p for p in listed.problems)
+
+
 def _discover(api: FakeApiServer, settings: KubernetesDiscovery, steps, clock=None):
     """Runs `steps(discovery, session)` against the stand-in; returns its result."""
 

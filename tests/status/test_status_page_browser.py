@@ -51,6 +51,64 @@ def test_the_page_and_plimsoll_status_write_a_time_to_saturation_alike(browser, 
     assert written == [status_format.duration(seconds) for seconds in cases]
 
 
+def _instance(dp_rank: int, **values: Any) -> dict[str, Any]:
+    shown = {
+        "kv_cache_usage_ratio": 0.5,
+        "kv_cache_headroom_tokens": 1000,
+        "headroom_requests_p95": 4,
+        "requests_running": 2,
+        "requests_waiting": 1,
+        "preemptions_total": 0,
+        "saturation_eta_seconds": 600,
+        "model_capacity_error_ratio": 0.05,
+    }
+    return {"engine": "vllm", "dp_rank": dp_rank, "model": "m", "kv_usage_history": [], **shown, **values}
+
+
+def test_the_page_and_plimsoll_status_cut_absurd_numbers_at_the_same_limit(browser, fleet):
+    """Numbers past status_format.MAX_SHOWN (which the server writes into the script) are missing on the page as
+    in `plimsoll status`, a time to saturation past it is "never", and numbers at the limit are still shown."""
+    limit, past = status_format.MAX_SHOWN, status_format.MAX_SHOWN * 10
+    instances = [
+        _instance(0, kv_cache_headroom_tokens=limit, headroom_requests_p95=-limit, saturation_eta_seconds=limit),
+        _instance(1, kv_cache_usage_ratio=past, kv_cache_headroom_tokens=past, headroom_requests_p95=-past),
+        _instance(2, requests_running=past, preemptions_total=1e300, saturation_eta_seconds=past),
+        _instance(3, requests_running=past, requests_waiting=-past, saturation_eta_seconds=-past),
+        _instance(4, model_capacity_error_ratio=past, saturation_eta_seconds="+Inf"),
+    ]
+    state = {
+        "saturation_kv_usage": 0.9,
+        "targets": [{"target": "t", "engine": "vllm", "up": True, "instances": instances}],
+    }
+    _open(browser, fleet)
+    cells = browser.execute_script(
+        "const body = document.createElement('tbody'); body.innerHTML = rows(arguments[0]);"
+        "return Array.from(body.rows, tr => Array.from(tr.cells, td => td.textContent.trim()));",
+        state,
+    )
+    expected = [
+        [row.target, row.engine]
+        + [
+            cell.text
+            for cell in (
+                row.model,
+                row.kv_usage,
+                row.headroom_tokens,
+                row.headroom_requests_p95,
+                row.running_waiting,
+                row.preemptions,
+                row.saturation_in,
+                row.model_drift,
+            )
+        ]
+        + [""]
+        for row in status_format.instance_rows(state)
+    ]
+    assert cells == expected
+    assert [row[8] for row in cells] == ["11574074074d", "10m", "never", "-", "never"]
+    assert cells[1][3:6] == ["-", "-", "-"] and cells[3][6] == "-"
+
+
 def _open(browser, fleet: Fleet) -> None:
     browser.get(fleet.daemon.url + "/")
     WebDriverWait(browser, UPDATE_TIMEOUT_SECONDS).until(
