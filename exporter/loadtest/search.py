@@ -45,6 +45,9 @@ PLATEAU_SHARE = 0.05
 # Past the first failing step, doubling goes on looking for the saturation point up to this multiple of it: an
 # engine limited by compute may take far more load before it queues, and those steps answer nothing new.
 SATURATION_SEARCH_PAST_FAIL = 4
+# An SLO knee above the saturation point is where queueing alone breaks the SLO; nothing is calibrated from it (the
+# operating point is the lower of the two), so its bracket is closed only to this share of its lower end.
+PAST_SATURATION_TOLERANCE = 0.25
 # Runs one step at a concurrency; the search awaits it.
 RunStep = Callable[[int], Awaitable[StepSummary]]
 
@@ -168,7 +171,7 @@ async def find_knee(run_step: RunStep, max_concurrency: int, tolerance: float = 
         fail = levels.lowest_fail
         if fail is not None and (not levels.engine_reports or concurrency >= SATURATION_SEARCH_PAST_FAIL * fail):
             break
-        concurrency = min(2 * concurrency, max_concurrency)
+        concurrency = _next_rise(_Levels(steps), concurrency, max_concurrency)
 
     guess = _pool_guess(_Levels(steps))
     while (level := _next_bisection(_Levels(steps), tolerance, guess)) is not None:
@@ -181,17 +184,14 @@ async def find_knee(run_step: RunStep, max_concurrency: int, tolerance: float = 
     return conclude(steps, interrupted=False)
 
 
-def _pool_guess(levels: _Levels) -> int | None:
+def _pool_prediction(levels: _Levels, below: float | None = None) -> int | None:
     """The lowest concurrency a KV-limited engine should saturate at: its KV usage grows with the requests it holds,
-    so at the highest level measured under the ceiling the pool holds `level / usage` of them, and one more waits.
-    None where the engine did not saturate with its KV cache full, or no level under the ceiling reported usage."""
-    saturation = levels.saturation
-    if saturation is None or "kv_full" not in levels.signals(saturation):
-        return None
+    so at the highest level measured under the ceiling (and under `below`) the pool holds `level / usage` of them,
+    and one more waits. None where no such level reported its usage."""
     under = [
         (level, usage)
         for level in levels.runs
-        if level < saturation
+        if (below is None or level < below)
         and (usage := levels.last(level).kv_cache_usage_ratio) is not None
         and 0 < usage < KV_FULL_RATIO
     ]
@@ -201,15 +201,46 @@ def _pool_guess(levels: _Levels) -> int | None:
     return math.floor(level / usage) + 1
 
 
+def _pool_guess(levels: _Levels) -> int | None:
+    """Where the engine saturated with its KV cache full, where its pool should have run out by the usage measured
+    under it; else None."""
+    saturation = levels.saturation
+    if saturation is None or "kv_full" not in levels.signals(saturation):
+        return None
+    return _pool_prediction(levels, below=saturation)
+
+
+def _next_rise(levels: _Levels, concurrency: int, max_concurrency: int) -> int:
+    """The next level up: double, except where the KV usage measured says the pool runs out beyond the doubling
+    and within the maximum. Then the rise goes straight to the last level the pool should hold, and from there to
+    the one the usage measured there says should saturate it: on a KV-limited engine the saturation bracket closes
+    in two steps instead of every doubling up to it and a bisection. A wrong prediction costs nothing that doubling
+    would not: the search goes on from there."""
+    doubled = 2 * concurrency
+    predicted = _pool_prediction(levels)
+    if predicted is None:
+        return min(doubled, max_concurrency)
+    if doubled < predicted - 1 < max_concurrency:
+        return predicted - 1
+    below = max((level for level in levels.runs if level < concurrency), default=None)
+    jumped = below is not None and concurrency > 2 * below
+    if jumped and concurrency < predicted <= min(doubled, max_concurrency):
+        return predicted  # once only: the level after it was not reached by a jump
+    return min(doubled, max_concurrency)
+
+
 def _next_bisection(levels: _Levels, tolerance: float, pool_guess: int | None) -> int | None:
     """The next level to run in the lower bracket still wider than the tolerance (next to the pool guess first,
     inside the saturation bracket; else its middle), or None when both are narrow enough."""
-    brackets: list[tuple[float | None, float | None]] = []
-    saturation = levels.saturation
+    brackets: list[tuple[float | None, float | None, float]] = []
+    saturation, knee = levels.saturation, levels.knee
     if saturation is not None:
-        brackets.append((levels.unsaturated_below(saturation), saturation))
-    brackets.append((levels.knee, levels.lowest_fail))
-    wide = [(low, high) for low, high in brackets if _needs_split(low, high, tolerance)]
+        brackets.append((levels.unsaturated_below(saturation), saturation, tolerance))
+    past_saturation = saturation is not None and knee is not None and knee >= saturation
+    brackets.append(
+        (knee, levels.lowest_fail, max(tolerance, PAST_SATURATION_TOLERANCE) if past_saturation else tolerance)
+    )
+    wide = [(low, high) for low, high, within in brackets if _needs_split(low, high, within)]
     if not wide:
         return None
     low, high = min(wide, key=lambda bracket: bracket[1] or 0)

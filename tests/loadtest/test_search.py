@@ -84,22 +84,47 @@ def test_doubling_then_bisection_runs_only_the_answer_and_the_level_above_it_twi
     assert all(ran.count(level) <= 2 for level in ran)
 
 
-def test_the_kv_usage_measured_while_doubling_aims_the_probes_that_close_the_saturation_bracket() -> None:
+def _kv_truth(slos: SloSpec) -> int:
     engine, _, _ = SHAPES["kv-limited"]
-    no_slo = SloSpec(ttft_seconds=None, itl_seconds=None, objective=0.99)
-    truth = min(
+    return min(
         level
         for level in range(16, 33)
-        if summarize(simulated_step(engine, level, WORKLOAD, DURATION, warmup=WARMUP), no_slo).engine_saturated
+        if summarize(simulated_step(engine, level, WORKLOAD, DURATION, warmup=WARMUP), slos).engine_saturated
     )
-    found = search(engine, no_slo)
+
+
+NO_SLO = SloSpec(ttft_seconds=None, itl_seconds=None, objective=0.99)
+
+
+def test_the_kv_usage_at_concurrency_one_sends_the_rise_straight_under_the_pool_skipping_the_doublings() -> None:
+    engine, _, _ = SHAPES["kv-limited"]
+    truth = _kv_truth(NO_SLO)
+    found = search(engine, NO_SLO)
     assert found.saturation is not None
     assert (found.saturation.step.concurrency, found.saturation.below) == (truth, truth - 1)
     ran = [step.concurrency for step in found.steps]
-    doubled = ran.index(MAX_CONCURRENCY) + 1
-    # Between the doubling and the confirmation (the last two): halving the bracket (16, 32) to one request would
-    # take four steps.
-    assert len(ran[doubled:-2]) <= 2, ran
+    # The usage at 1 (5.3% of the pool) predicts 19; at 18 the usage measured there predicts 22, which saturates.
+    assert ran[:3] == [1, 18, 22], ran
+    assert not {2, 4, 8, 16}.intersection(ran), ran
+    # Past the saturation bracket's rise: one doubling past it, then at most two steps into (18, 22), then the
+    # confirmation (the last two). Doubling to 32 then bisecting (16, 32) took nine levels before the confirmation.
+    assert len(ran[:-2]) <= 6, ran
+
+
+def test_an_slo_knee_above_the_saturation_point_is_bracketed_to_a_quarter_not_the_tolerance() -> None:
+    engine, _, _ = SHAPES["kv-limited"]
+    # A TTFT of 1.5 s holds past the pool (21 requests): the queue's wait breaks it between 27 and 33.
+    loose = SloSpec(ttft_seconds=1.5, itl_seconds=None, objective=0.99)
+    found = search(engine, loose, max_concurrency=128)
+    assert found.saturation is not None and found.knee is not None
+    assert found.knee.concurrency > found.saturation.step.concurrency
+    ran = [step.concurrency for step in found.steps]
+    failing = [
+        step.concurrency for step in found.steps if not step.passed and step.concurrency > found.knee.concurrency
+    ]
+    assert failing, ran
+    gap = min(failing) - found.knee.concurrency
+    assert 0.1 * found.knee.concurrency < gap <= 0.25 * found.knee.concurrency or gap <= 1, ran
 
 
 def test_a_server_that_never_fails_is_limited_by_the_maximum_concurrency_tried_last() -> None:
