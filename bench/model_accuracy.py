@@ -31,9 +31,10 @@ import yaml
 
 from exporter.capacity import assumptions as A
 from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.fit import FittedTerms, TermObservation, fit_terms, term_spreads
 from exporter.capacity.gpus import GpuSpec
-from exporter.capacity.plan import CapacityPlan, Deployment, plan
+from exporter.capacity.plan import CapacityPlan, plan
 from exporter.capacity.quantization import Quantization, from_config, from_flag
 from exporter.capacity.uncertainty import SHIPPED_SPREADS, TermSpreads, kv_cache_tokens_range
 from exporter.catalog import CatalogError, find_gpu, load_model

@@ -9,7 +9,6 @@ modules.
 """
 
 import asyncio
-import base64
 import glob
 import json
 import logging
@@ -23,9 +22,7 @@ from types import MappingProxyType
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-from yarl import URL
 
-from exporter import __version__
 from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.plan import CapacityPlan
@@ -35,7 +32,6 @@ from exporter.config import (
     Target,
     parse_target_file,
     read_config_text,
-    redact_url,
     scan_targets,
 )
 from exporter.cost import GpuHourPrices, gpus_hourly_cost, unpriced_gpus
@@ -45,6 +41,7 @@ from exporter.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetSt
 from exporter.sources.engines import PageLimits, read_page
 from exporter.sources.engines.base import EngineReading, Histogram
 from exporter.sources.engines.llamacpp import capacity_from_slots
+from exporter.sources.http import CredentialsError, credential_headers, fetch
 from exporter.sources.kubernetes import PodDiscovery
 from exporter.sources.nvml import GpuReading, NvmlReader, NvmlSnapshot
 from exporter.sources.processes import Attributor
@@ -55,10 +52,6 @@ log = logging.getLogger("plimsoll.daemon")
 
 HISTORY_SECONDS = 600.0
 HISTORY_POINTS = 60  # Theil-Sen is O(n^2): 60 points cost ~0.5 ms an instance per poll
-USER_AGENT = f"plimsoll/{__version__}"
-MAX_REDIRECTS = 5
-_REDIRECTS = frozenset((301, 302, 303, 307, 308))
-TLS_FAILED = "TLS failed"  # how a fetch's detail begins where the TLS handshake failed
 # With no config, the engines' usual ports are probed this often; only those that accept a connection are polled.
 SCAN_INTERVAL_SECONDS = 60.0
 SCAN_CONNECT_TIMEOUT_SECONDS = 0.5
@@ -68,100 +61,6 @@ PUBLISH_DELAY_SECONDS = 0.25
 # so the loop keeps answering. A thread hop per page costs more CPU than the read of a usual page: measured with
 # 200 targets, reading every page in a thread took 18% of a core against 15% inline.
 INLINE_PAGE_CHARS = 256 * 1024  # a file_sd file; a bigger one is refused like one that does not parse
-
-
-@dataclass(frozen=True)
-class Fetched:
-    text: str | None
-    failure: str | None  # one of snapshot.FAILURE_REASONS
-    detail: str | None  # the failure in words, for logs and /api/v1/state
-    seconds: float
-    date: str | None = None  # the response's Date header: the answering server's clock
-
-
-def _origin(url: URL) -> tuple[str, str | None, int | None]:
-    return url.scheme, url.host, url.port
-
-
-async def fetch(
-    session: aiohttp.ClientSession,
-    url: str,
-    timeout: float,
-    max_bytes: int,
-    headers: Mapping[str, str] | None = None,
-) -> Fetched:
-    """GET a metrics page with a deadline and a size cap; failures come back as a reason, never raised.
-
-    Redirects are followed only within the same origin (scheme, host and port): an engine that points elsewhere
-    would otherwise get the daemon, and the target's credentials, to request any address it names."""
-    started = time.monotonic()
-
-    def done(text: str | None, failure: str | None, detail: str | None = None, date: str | None = None) -> Fetched:
-        return Fetched(text, failure, detail, time.monotonic() - started, date)
-
-    current = URL(url)
-    sent = {"User-Agent": USER_AGENT, **(headers or {})}
-    try:
-        async with asyncio.timeout(timeout):
-            for _ in range(MAX_REDIRECTS + 1):
-                async with session.get(current, headers=sent, allow_redirects=False) as response:
-                    if response.status in _REDIRECTS:
-                        location = response.headers.get("Location")
-                        if not location:
-                            return done(None, "http_status", f"HTTP {response.status} without a Location")
-                        target = current.join(URL(location))
-                        if _origin(target) != _origin(current):
-                            where = redact_url(str(target))
-                            return done(
-                                None, "redirect", f"HTTP {response.status} to another origin ({where}): not followed"
-                            )
-                        current = target
-                        continue
-                    if response.status != 200:
-                        return done(None, "http_status", f"HTTP {response.status}")
-                    content_type = response.headers.get("Content-Type", "")
-                    if "html" in content_type:
-                        return done(None, "not_metrics", f"answered {content_type.split(';')[0]}, not a metrics page")
-                    body = bytearray()
-                    async for chunk in response.content.iter_chunked(65536):
-                        body += chunk
-                        if len(body) > max_bytes:
-                            return done(None, "too_large", f"the page is over {max_bytes:,} bytes (max_response_size)")
-                    return done(body.decode("utf-8", errors="replace"), None, date=response.headers.get("Date"))
-            return done(None, "redirect", f"more than {MAX_REDIRECTS} redirects")
-    except TimeoutError:
-        return done(None, "timeout", f"timeout after {timeout:g}s")
-    except aiohttp.ClientSSLError as error:
-        return done(None, "refused", f"{TLS_FAILED}: {error.os_error}")
-    except aiohttp.ClientConnectorError as error:
-        refused = isinstance(error.os_error, ConnectionRefusedError)
-        return done(None, "refused", "connection refused" if refused else f"cannot connect: {error.os_error}")
-    except (aiohttp.ClientError, OSError, ValueError) as error:
-        return done(None, "error", f"{type(error).__name__}: {error}")
-
-
-class CredentialsError(Exception):
-    """A target's password or token file could not be read."""
-
-
-def _read_secret(path: str, field_name: str) -> str:
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError as error:
-        raise CredentialsError(f"cannot read {field_name} {path}: {error.strerror}") from None
-
-
-def credential_headers(target: Target) -> dict[str, str]:
-    """The Authorization header from the target's basic_auth or bearer_token_file, read at every poll (as
-    Prometheus does) so a rotated secret is picked up without a reload."""
-    if target.basic_auth is not None:
-        password = _read_secret(target.basic_auth.password_file, "basic_auth.password_file")
-        pair = f"{target.basic_auth.username}:{password}".encode()
-        return {"Authorization": f"Basic {base64.b64encode(pair).decode('ascii')}"}
-    if target.bearer_token_file is not None:
-        return {"Authorization": f"Bearer {_read_secret(target.bearer_token_file, 'bearer_token_file')}"}
-    return {}
 
 
 @dataclass(frozen=True)

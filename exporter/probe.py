@@ -5,10 +5,10 @@ from typing import Any
 
 import aiohttp
 
-from exporter.daemon import fetch
 from exporter.display import shown
 from exporter.files import NotARegularFile, read_regular_file
 from exporter.sources.engines import detect, read_page
+from exporter.sources.http import fetch
 from exporter.sources.promtext import parse
 from exporter.views import reading_dict
 

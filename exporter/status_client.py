@@ -26,9 +26,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from exporter import daemon, status_format
+from exporter import status_format
 from exporter.display import plain, shown
-from exporter.status_command import DEFAULT_URL, PASSWORD_ENV
+from exporter.sources import http
+from exporter.status_defaults import DEFAULT_URL, PASSWORD_ENV
 
 STATE_PATH = "/api/v1/state"
 # A daemon's state is a few kilobytes an engine instance (under 3 MB for MAX_ROWS of them): past this, not one.
@@ -236,12 +237,12 @@ def _document(text: str) -> Any:
     return json.loads(text, parse_float=_float, parse_constant=_constant)
 
 
-def _unreadable(request: Request, fetched: daemon.Fetched) -> DaemonUnreadable:
+def _unreadable(request: Request, fetched: http.Fetched) -> DaemonUnreadable:
     """The one line for a fetch that brought no document back."""
     url, detail = request.url, fetched.detail or fetched.failure
     if fetched.failure == "timeout":
         return DaemonUnreadable(f"{url}: no answer within {request.timeout_seconds:g}s")
-    if fetched.failure == "refused" and detail and detail.startswith(daemon.TLS_FAILED):
+    if fetched.failure == "refused" and detail and detail.startswith(http.TLS_FAILED):
         return DaemonUnreadable(f"{url}: {detail} (--ca-file names the CA of the daemon's certificate)")
     if fetched.failure == "refused":
         return DaemonUnreadable(f"cannot reach {url}: {detail} (is `plimsoll run` listening there?)")
@@ -260,13 +261,13 @@ def _unreadable(request: Request, fetched: daemon.Fetched) -> DaemonUnreadable:
     return DaemonUnreadable(f"{url}: {detail}: not a Plimsoll daemon's state")
 
 
-async def _get(request: Request) -> daemon.Fetched:
+async def _get(request: Request) -> http.Fetched:
     headers = {"Accept": "application/json"}
     if request.authorization:
         headers["Authorization"] = request.authorization
     connector = aiohttp.TCPConnector(ssl=request.tls or True)
     async with aiohttp.ClientSession(connector=connector) as session:
-        return await daemon.fetch(session, request.url, request.timeout_seconds, MAX_STATE_BYTES, headers)
+        return await http.fetch(session, request.url, request.timeout_seconds, MAX_STATE_BYTES, headers)
 
 
 def fetch(request: Request) -> Fetched:

@@ -4,9 +4,7 @@ runs (rich, aiohttp and the daemon's fetch cost every other command nothing)."""
 import argparse
 
 from exporter.cli_args import Formatter, duration_arg
-
-DEFAULT_URL = "http://127.0.0.1:19842"
-PASSWORD_ENV = "PLIMSOLL_STATUS_PASSWORD"
+from exporter.status_defaults import DEFAULT_URL, PASSWORD_ENV
 
 
 def _status(args: argparse.Namespace) -> int:

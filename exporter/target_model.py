@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from exporter.capacity.architecture import ModelArchitecture, ModelConfigError
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import KV_DTYPE_BYTES, KvDtypeError
-from exporter.capacity.plan import CapacityPlan, Deployment, PlanError, plan
+from exporter.capacity.plan import CapacityPlan, PlanError, plan
 from exporter.capacity.quantization import QuantizationError
 from exporter.capacity.weights import DtypeError
 from exporter.catalog import CatalogError, find_gpu, load_model

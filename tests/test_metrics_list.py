@@ -8,7 +8,7 @@ import re
 import aiohttp
 import pytest
 
-from exporter.capacity.plan import Deployment
+from exporter.capacity.deployment import Deployment
 from exporter.collector import SnapshotCollector
 from exporter.config import Config, SloConfig, Target
 from exporter.daemon import Daemon

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.capacity.architecture import ModelConfigError, from_hf_config
-from exporter.capacity.plan import Deployment, plan
+from exporter.capacity.deployment import Deployment
+from exporter.capacity.plan import plan
 from exporter.catalog import find_gpu, load_model, model_presets
 from exporter.cli import main
 from tests.test_plan_inputs import TINY_LLAMA

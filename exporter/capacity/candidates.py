@@ -1,20 +1,14 @@
 """The replica layouts and precisions that planning searches: for a load (`exporter.capacity.fleet`) and for the
 changes that would make a deployment fit (`exporter.capacity.plan`)."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from exporter.capacity import assumptions as A
 from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.gpus import Fp8Weights, GpuSpec
 from exporter.capacity.quantization import from_flag
 from exporter.capacity.weights import weight_dtype_bytes
-
-if TYPE_CHECKING:
-    # Only for annotations: plan.py imports this module to search for fixes.
-    from exporter.capacity.plan import Deployment
 
 # Layouts are of nodes of 8 GPUs: tensor parallelism inside a node, pipeline stages across nodes, data-parallel
 # engines (MoE models, with expert parallelism) up to 16 GPUs, and no replica larger than 4 nodes.

@@ -10,9 +10,10 @@ from typing import Any
 
 from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.candidates import Layout, Precision, layouts, precisions
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import blocks_per_request
-from exporter.capacity.plan import CapacityPlan, Deployment, PlanError, evaluate
+from exporter.capacity.plan import CapacityPlan, PlanError, evaluate
 from exporter.display import shown
 
 

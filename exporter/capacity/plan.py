@@ -13,9 +13,9 @@ from exporter.capacity import assumptions as A
 from exporter.capacity.activation import activation_peak_bytes, cuda_graph_bytes, non_torch_bytes
 from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.candidates import GPUS_PER_NODE, MAX_GPUS_PER_REPLICA, layouts, precisions
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import KvLayout, KvPool, kv_dtype_bytes, kv_layout, kv_pool
-from exporter.capacity.quantization import Quantization
 from exporter.capacity.uncertainty import kv_cache_tokens_range
 from exporter.capacity.weights import WeightBreakdown, weight_breakdown, weight_dtype_bytes
 from exporter.display import shown
@@ -34,43 +34,6 @@ MAX_GPU_TIB = 4  # (288 GB on the largest GPUs)
 MAX_GPU_MEMORY_BYTES = MAX_GPU_TIB * 1024**4
 MAX_PARALLEL = 1024  # per parallel dimension (TP 8 or 16; DP a few hundred in wide expert parallelism)
 MAX_SEQUENCES = 1_048_576  # requests one engine batches (vLLM's defaults are 256 and 1024)
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """The engine flags that decide memory; None means the engine's default."""
-
-    engine: str = "vllm"
-    tensor_parallel: int = 1
-    pipeline_parallel: int = 1
-    # Engines of one replica, each with its own attention and KV cache (vLLM --data-parallel-size, SGLang --dp).
-    data_parallel: int = 1
-    # MoE experts split over data_parallel x tensor_parallel GPUs instead of tensor-sliced on each
-    # (vLLM --enable-expert-parallel).
-    expert_parallel: bool = False
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    max_num_batched_tokens: int | None = None
-    max_num_seqs: int | None = None
-    dtype: str = "auto"
-    kv_cache_dtype: str = "auto"
-    block_size: int | None = None
-    kv_cache_memory_bytes: int | None = None
-    enforce_eager: bool = False
-    quantization: Quantization | None = None
-    vllm_version: tuple[int, int] | None = None  # None: current vLLM
-
-    @property
-    def gpus(self) -> int:
-        """GPUs of one replica: DP engines of TP x PP GPUs each."""
-        return self.data_parallel * self.tensor_parallel * self.pipeline_parallel
-
-    @property
-    def cuda_graphs_in_budget(self) -> bool:
-        """vLLM subtracts its CUDA-graph estimate from the KV budget since v0.21, unless graphs are off."""
-        if self.enforce_eager or self.engine != "vllm":
-            return False
-        return self.vllm_version is None or self.vllm_version >= A.VLLM_CUDA_GRAPHS_IN_BUDGET_SINCE
 
 
 @dataclass(frozen=True)

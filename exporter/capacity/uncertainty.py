@@ -10,16 +10,14 @@ in quadrature rather than all at their worst at once.
 (`python bench/model_accuracy.py` prints it; tests/capacity/test_uncertainty.py checks it is current).
 """
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from exporter.capacity.deployment import Deployment
+from exporter.capacity.kv import KvLayout, KvPool
+from exporter.capacity.weights import WeightBreakdown
 from exporter.units import GIB
-
-if TYPE_CHECKING:
-    from exporter.capacity.plan import CapacityPlan
 
 Version = tuple[int, int]
 
@@ -71,7 +69,29 @@ SHIPPED_SPREADS = TermSpreads(
 )
 
 
-def kv_cache_tokens_range(result: CapacityPlan, spreads: TermSpreads = SHIPPED_SPREADS) -> tuple[int, int]:
+class PlannedMemory(Protocol):
+    """What the range is worked out from: the figures of a plan (`exporter.capacity.plan.CapacityPlan`), which
+    imports this module for its own `to_dict`."""
+
+    @property
+    def deployment(self) -> Deployment: ...
+    @property
+    def weights(self) -> WeightBreakdown: ...
+    @property
+    def activation_bytes(self) -> int: ...
+    @property
+    def non_torch_bytes(self) -> int: ...
+    @property
+    def cuda_graph_bytes(self) -> int: ...
+    @property
+    def kv_cache_bytes(self) -> int: ...
+    @property
+    def layout(self) -> KvLayout: ...
+    @property
+    def pool(self) -> KvPool: ...
+
+
+def kv_cache_tokens_range(result: PlannedMemory, spreads: TermSpreads = SHIPPED_SPREADS) -> tuple[int, int]:
     """The KV tokens the deployment may really get: (low, high), whole blocks, around `result.pool.tokens`."""
     d = result.deployment
     tokens = result.pool.tokens

@@ -3,7 +3,7 @@ lists every problem found in a file."""
 
 from dataclasses import dataclass, field
 
-from exporter.capacity.plan import Deployment
+from exporter.capacity.deployment import Deployment
 
 DEFAULT_PORT = 19842
 DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"

@@ -5,8 +5,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from exporter.capacity.architecture import MAX_POSITIONS
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.kv import KV_DTYPE_BYTES
-from exporter.capacity.plan import MAX_GPU_MEMORY_BYTES, MAX_GPU_TIB, MAX_PARALLEL, MAX_SEQUENCES, Deployment
+from exporter.capacity.plan import MAX_GPU_MEMORY_BYTES, MAX_GPU_TIB, MAX_PARALLEL, MAX_SEQUENCES
 from exporter.config.model import ENGINE_NAMES, BasicAuth, Target
 from exporter.config.reader import Reader
 from exporter.config.validators import (

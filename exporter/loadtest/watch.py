@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from exporter.daemon import fetch
 from exporter.loadtest.measure import EngineSample
 from exporter.sources.engines import read_page
 from exporter.sources.engines.base import EngineReading
+from exporter.sources.http import fetch
 
 SAMPLE_INTERVAL_SECONDS = 0.25
 # A page read must not hold the sampler long: one slow read should cost a handful of samples, not the step.

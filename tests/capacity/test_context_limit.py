@@ -6,7 +6,8 @@ import json
 import pytest
 
 from exporter.capacity.architecture import from_hf_config
-from exporter.capacity.plan import Deployment, PlanError, check_inputs, plan
+from exporter.capacity.deployment import Deployment
+from exporter.capacity.plan import PlanError, check_inputs, plan
 from exporter.catalog import find_gpu, find_model_preset, load_model
 from exporter.cli import main
 

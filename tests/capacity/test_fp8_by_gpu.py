@@ -6,9 +6,10 @@ import json
 import pytest
 
 from exporter.capacity.candidates import precisions
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.fleet import plan_fleet
 from exporter.capacity.gpus import Fp8Weights, GpuSpec
-from exporter.capacity.plan import Deployment, plan
+from exporter.capacity.plan import plan
 from exporter.catalog import find_gpu, gpu_presets, load_model
 from exporter.cli import main
 

@@ -2,9 +2,10 @@
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import kv_layout, kv_pool
-from exporter.capacity.plan import Deployment, plan
+from exporter.capacity.plan import plan
 from exporter.catalog import load_model
 from tests.conftest import TESTS
 

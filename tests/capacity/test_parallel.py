@@ -2,8 +2,9 @@
 
 import pytest
 
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.fleet import plan_fleet
-from exporter.capacity.plan import Deployment, PlanError, check_inputs, plan
+from exporter.capacity.plan import PlanError, check_inputs, plan
 from exporter.capacity.weights import weight_breakdown
 from exporter.catalog import find_gpu, load_model
 

@@ -4,9 +4,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.fleet import plan_fleet
 from exporter.capacity.gpus import GpuSpec
-from exporter.capacity.plan import Deployment, PlanError, plan
+from exporter.capacity.plan import PlanError, plan
 from exporter.catalog import find_gpu, gpu_presets, load_model
 
 GIB = 1024**3

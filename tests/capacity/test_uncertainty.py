@@ -7,8 +7,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.fit import FitError, spread
-from exporter.capacity.plan import Deployment, plan
+from exporter.capacity.plan import plan
 from exporter.capacity.uncertainty import SHIPPED_SPREADS, kv_cache_tokens_range
 from exporter.catalog import find_gpu, load_model
 from exporter.units import GIB

@@ -14,7 +14,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.capacity.plan import Deployment
+from exporter.capacity.deployment import Deployment
 from exporter.collector import SnapshotCollector
 from exporter.config import Config, Target
 from exporter.daemon import Daemon

@@ -2,7 +2,8 @@
 
 import pytest
 
-from exporter.capacity.plan import Deployment, plan
+from exporter.capacity.deployment import Deployment
+from exporter.capacity.plan import plan
 from exporter.catalog import find_gpu, load_model
 from exporter.loadtest.measure import RequestRecord
 from exporter.loadtest.model import mean_footprint_tokens, model_prediction

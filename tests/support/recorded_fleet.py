@@ -39,7 +39,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from exporter.capacity.plan import Deployment
+from exporter.capacity.deployment import Deployment
 from exporter.config import Config, Target
 from exporter.daemon import Daemon
 from exporter.server import build_app

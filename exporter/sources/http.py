@@ -1,0 +1,122 @@
+"""One bounded HTTP read of a page, the fetch every reader uses: the daemon's poll of a target, `plimsoll probe`,
+the load test's engine watch and `plimsoll status`.
+
+It owns the GET and its limits: a deadline for the whole answer, a cap on the body's size, redirects followed only
+within the same origin, and the Authorization header from a target's credential files, whose secrets never appear
+in a failure's words (a URL is shown redacted). A failure comes back as a reason (one of snapshot.FAILURE_REASONS)
+and a detail, never raised.
+
+It may import the config and the package's version, never exporter.daemon, exporter.server or the commands: they
+import it.
+"""
+
+import asyncio
+import base64
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import aiohttp
+from yarl import URL
+
+from exporter import __version__
+from exporter.config import Target, redact_url
+
+USER_AGENT = f"plimsoll/{__version__}"
+MAX_REDIRECTS = 5
+_REDIRECTS = frozenset((301, 302, 303, 307, 308))
+TLS_FAILED = "TLS failed"  # how a fetch's detail begins where the TLS handshake failed
+
+
+@dataclass(frozen=True)
+class Fetched:
+    text: str | None
+    failure: str | None  # one of snapshot.FAILURE_REASONS
+    detail: str | None  # the failure in words, for logs and /api/v1/state
+    seconds: float
+    date: str | None = None  # the response's Date header: the answering server's clock
+
+
+def _origin(url: URL) -> tuple[str, str | None, int | None]:
+    return url.scheme, url.host, url.port
+
+
+async def fetch(
+    session: aiohttp.ClientSession,
+    url: str,
+    timeout: float,
+    max_bytes: int,
+    headers: Mapping[str, str] | None = None,
+) -> Fetched:
+    """GET a metrics page with a deadline and a size cap; failures come back as a reason, never raised.
+
+    Redirects are followed only within the same origin (scheme, host and port): an engine that points elsewhere
+    would otherwise get the daemon, and the target's credentials, to request any address it names."""
+    started = time.monotonic()
+
+    def done(text: str | None, failure: str | None, detail: str | None = None, date: str | None = None) -> Fetched:
+        return Fetched(text, failure, detail, time.monotonic() - started, date)
+
+    current = URL(url)
+    sent = {"User-Agent": USER_AGENT, **(headers or {})}
+    try:
+        async with asyncio.timeout(timeout):
+            for _ in range(MAX_REDIRECTS + 1):
+                async with session.get(current, headers=sent, allow_redirects=False) as response:
+                    if response.status in _REDIRECTS:
+                        location = response.headers.get("Location")
+                        if not location:
+                            return done(None, "http_status", f"HTTP {response.status} without a Location")
+                        target = current.join(URL(location))
+                        if _origin(target) != _origin(current):
+                            where = redact_url(str(target))
+                            return done(
+                                None, "redirect", f"HTTP {response.status} to another origin ({where}): not followed"
+                            )
+                        current = target
+                        continue
+                    if response.status != 200:
+                        return done(None, "http_status", f"HTTP {response.status}")
+                    content_type = response.headers.get("Content-Type", "")
+                    if "html" in content_type:
+                        return done(None, "not_metrics", f"answered {content_type.split(';')[0]}, not a metrics page")
+                    body = bytearray()
+                    async for chunk in response.content.iter_chunked(65536):
+                        body += chunk
+                        if len(body) > max_bytes:
+                            return done(None, "too_large", f"the page is over {max_bytes:,} bytes (max_response_size)")
+                    return done(body.decode("utf-8", errors="replace"), None, date=response.headers.get("Date"))
+            return done(None, "redirect", f"more than {MAX_REDIRECTS} redirects")
+    except TimeoutError:
+        return done(None, "timeout", f"timeout after {timeout:g}s")
+    except aiohttp.ClientSSLError as error:
+        return done(None, "refused", f"{TLS_FAILED}: {error.os_error}")
+    except aiohttp.ClientConnectorError as error:
+        refused = isinstance(error.os_error, ConnectionRefusedError)
+        return done(None, "refused", "connection refused" if refused else f"cannot connect: {error.os_error}")
+    except (aiohttp.ClientError, OSError, ValueError) as error:
+        return done(None, "error", f"{type(error).__name__}: {error}")
+
+
+class CredentialsError(Exception):
+    """A target's password or token file could not be read."""
+
+
+def _read_secret(path: str, field_name: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError as error:
+        raise CredentialsError(f"cannot read {field_name} {path}: {error.strerror}") from None
+
+
+def credential_headers(target: Target) -> dict[str, str]:
+    """The Authorization header from the target's basic_auth or bearer_token_file, read at every poll (as
+    Prometheus does) so a rotated secret is picked up without a reload."""
+    if target.basic_auth is not None:
+        password = _read_secret(target.basic_auth.password_file, "basic_auth.password_file")
+        pair = f"{target.basic_auth.username}:{password}".encode()
+        return {"Authorization": f"Basic {base64.b64encode(pair).decode('ascii')}"}
+    if target.bearer_token_file is not None:
+        return {"Authorization": f"Bearer {_read_secret(target.bearer_token_file, 'bearer_token_file')}"}
+    return {}
