@@ -2,7 +2,7 @@
 and docs/metrics.md is rendered from here (`python -m exporter.metrics_list`), so a metric is renamed or
 re-documented in one place. prometheus_client's own process_ and python_ series are not listed.
 
-Names follow the Prometheus guide (README "Prometheus names are an API"): `plimsoll_<what>_<unit>` in base units,
+Names follow the Prometheus guide (README "Metrics" says why some were added): `plimsoll_<what>_<unit>` in base units,
 `_ratio` for 0..1, `_total` only on counters, `_info` only on info metrics. A name here is the one a query uses,
 so counters end in `_total` and info metrics in `_info`.
 """

@@ -15,7 +15,7 @@ Three dashboards, each answering one kind of question:
 - `plimsoll-capacity-plan`: the capacity model's breakdown per target (weights, KV bytes per token, activation,
   overhead, KV capacity engine vs model), for the people who size the fleet.
 
-Queries use the daemon's own series (README "Metrics") and Prometheus' `up` of its scrape jobs, so the dashboards
+Queries use the daemon's own series (docs/metrics.md) and Prometheus' `up` of its scrape jobs, so the dashboards
 work the moment Prometheus scrapes a daemon. Two exceptions, each saying so: the daemon exports SLI counters, not
 latency histograms, so latency quantiles come from vLLM's own `vllm:*_bucket` series (`ENGINE_HISTOGRAM_PANEL`);
 and the fleet dashboard's "Replicas and cost" row, there only where the config has an `autoscaling:` section or

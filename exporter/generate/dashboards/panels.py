@@ -19,7 +19,7 @@ SCHEMA_VERSION = 39  # Grafana 10.3+/11: no migration runs on load
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 TAGS = ["plimsoll"]
 
-# Label matchers for the three kinds of series (README "Metrics"): engine series carry target, engine, model and
+# Label matchers for the three kinds of series (docs/metrics.md): engine series carry target, engine, model and
 # dp_rank; target health series carry target; GPU and daemon series carry neither. Prometheus adds `instance`.
 ENGINE = 'instance=~"$node", target=~"$target", model=~"$model"'
 TARGET = 'instance=~"$node", target=~"$target"'
