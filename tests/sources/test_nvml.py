@@ -1,9 +1,13 @@
 """The NVML reader against a fake pynvml (the one boundary faked) and the real bindings, and the cgroup parsers."""
 
 import ctypes
+import importlib.util
 import inspect
 import logging
 import os
+import shutil
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -579,6 +583,83 @@ def test_the_real_pynvml_reads_without_raising() -> None:
         assert not snapshot.up
         assert snapshot.error == "NVML init: NVMLError_LibraryNotFound: NVML Shared Library Not Found"
         assert snapshot.gpus == ()
+
+
+ON_A_GPU = pytest.mark.skipif(
+    not _nvml_library_loads() or shutil.which("nvidia-smi") is None,
+    reason="needs an NVIDIA driver and nvidia-smi, which this machine does not have",
+)
+
+
+def _nvidia_smi_memory_mib() -> dict[str, tuple[int, int]]:
+    """uuid -> (total, used) in MiB, as nvidia-smi prints them."""
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=uuid,memory.total,memory.used", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    memory: dict[str, tuple[int, int]] = {}
+    for line in out.splitlines():
+        uuid, total, used = (part.strip() for part in line.split(","))
+        memory[uuid] = (int(total), int(used))
+    return memory
+
+
+@ON_A_GPU
+def test_on_a_real_gpu_total_and_used_agree_with_nvidia_smi() -> None:
+    reader = NvmlReader()
+    try:
+        snapshot = reader.read()
+    finally:
+        reader.close()
+    smi = _nvidia_smi_memory_mib()
+
+    assert snapshot.up, snapshot.error
+    whole_gpus = [gpu for gpu in snapshot.gpus if gpu.parent_uuid is None]
+    assert {gpu.uuid for gpu in whole_gpus} == set(smi)
+    for gpu in whole_gpus:
+        total_mib, used_mib = smi[gpu.uuid]
+        assert gpu.total_bytes // MIB == total_mib
+        # nvidia-smi's "used" leaves the driver's reserve out, as memory info v2 does; other processes may
+        # allocate between the two reads, hence the slack.
+        assert abs(gpu.used_bytes // MIB - used_mib) <= 256, (gpu, smi[gpu.uuid])
+        assert gpu.used_bytes + gpu.free_bytes + (gpu.reserved_bytes or 0) == gpu.total_bytes
+
+
+_HOLD_ONE_GIB = """
+import sys, torch
+held = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+@ON_A_GPU
+def test_on_a_real_gpu_a_process_holding_a_gib_shows_in_used_and_in_the_process_list() -> None:
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("needs PyTorch with CUDA to allocate GPU memory; this interpreter has none")
+    reader = NvmlReader()
+    before = reader.read()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_ONE_GIB, "--"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "holding", "the holder did not get its GiB"
+        after = reader.read()
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+        reader.close()
+
+    assert before.up and after.up, (before.error, after.error)
+    grown = sum(gpu.used_bytes for gpu in after.gpus) - sum(gpu.used_bytes for gpu in before.gpus)
+    assert grown >= GIB, f"used grew by {grown / MIB:.0f} MiB while a process held 1024 MiB"
+    holding = [process for gpu in after.gpus for process in gpu.processes if (process.used_bytes or 0) >= GIB]
+    assert holding, f"no process entry holds >= 1 GiB: {[gpu.processes for gpu in after.gpus]}"
 
 
 # --- cgroups ---
