@@ -67,7 +67,8 @@ def run_search(
     engine: SimulatedEngine, slos: SloSpec, max_concurrency: int, duration: float, warmup: float
 ) -> Strategy:
     started = time.process_time()
-    found = asyncio.run(find_knee(step_runner(engine, WORKLOAD, slos, duration, warmup), max_concurrency, TOLERANCE))
+    runner = step_runner(engine, WORKLOAD, slos, duration, warmup)
+    found = asyncio.run(find_knee(runner, max_concurrency, TOLERANCE, latency_slos=slos.judges_latency))
     return Strategy(
         knee=found.knee.concurrency if found.knee else None,
         steps=len(found.steps),

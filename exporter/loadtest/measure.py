@@ -10,7 +10,8 @@ from exporter.loadtest.sketch import DurationSummary
 def step_load(step: Mapping[str, Any]) -> float:
     """A result.json step's load: its offered rate (open loop) or its concurrency (closed loop)."""
     rate = step.get("offered_rate")
-    return step["concurrency"] if rate is None else rate
+    load: float = step["concurrency"] if rate is None else rate
+    return load
 
 
 def open_loop(steps: Sequence[Mapping[str, Any]]) -> bool:
@@ -74,6 +75,11 @@ class SloSpec:
     ttft_seconds: float | None
     itl_seconds: float | None
     objective: float  # share of requests that must meet every threshold, e.g. 0.99
+
+    @property
+    def judges_latency(self) -> bool:
+        """Whether a step can fail on latency; without a threshold only errors fail it."""
+        return self.ttft_seconds is not None or self.itl_seconds is not None
 
 
 class OfferedLoad:

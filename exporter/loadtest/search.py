@@ -9,8 +9,11 @@ Two answers come from the same steps:
   most that any higher concurrency reached), which is how a batch-slot limit shows. The throughput plateau is a
   signal of its own: the step's throughput within `PLATEAU_SHARE` of the most reached at or above it.
 
-Doubling from 1 goes on until both are bracketed (a failing step; a saturated one) or the maximum is reached, at
-most one doubling past the saturation point (load beyond it only queues) and two past the first failing step (the
+Doubling from 1 goes on until both are bracketed (a failing step; a saturated one) or the maximum is reached. Past
+the saturation point load only queues, so the rise goes on by a quarter at a time (`PAST_SATURATION_TOLERANCE`)
+up to twice it: the first level where the SLOs fail brackets the SLO knee as closely as it needs to be there, with
+no bisection (with no latency SLO to judge, the first quarter is the last level: nothing but errors can fail past
+it). Past the first failing step it goes on at most to `SATURATION_SEARCH_PAST_FAIL` times it (the
 saturation point is then reported as not reached, if it was not). Each bracket is then bisected,
 the lower one first, until it is within `tolerance` of its lower end (or one request). Where the engine saturated
 with its KV cache full, the first probes into its bracket are where the pool should run out by the KV usage the
@@ -147,7 +150,10 @@ def _needs_split(low: float | None, high: float | None, tolerance: float) -> boo
     return low is not None and high is not None and high - low > max(1.0, tolerance * low)
 
 
-async def find_knee(run_step: RunStep, max_concurrency: int, tolerance: float = DEFAULT_TOLERANCE) -> Search:
+async def find_knee(
+    run_step: RunStep, max_concurrency: int, tolerance: float = DEFAULT_TOLERANCE, *, latency_slos: bool
+) -> Search:
+    """`latency_slos`: whether the steps are judged on a TTFT or ITL objective (without one, only errors fail)."""
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
     steps: list[StepSummary] = []
@@ -166,7 +172,11 @@ async def find_knee(run_step: RunStep, max_concurrency: int, tolerance: float = 
         saturation = levels.saturation
         if concurrency >= max_concurrency:
             break
-        if saturation is not None and (levels.lowest_fail is not None or concurrency >= 2 * saturation):
+        if saturation is not None and (
+            levels.lowest_fail is not None
+            or concurrency >= 2 * saturation
+            or (not latency_slos and concurrency >= _past_saturation(saturation))
+        ):
             break
         fail = levels.lowest_fail
         if fail is not None and (not levels.engine_reports or concurrency >= SATURATION_SEARCH_PAST_FAIL * fail):
@@ -210,12 +220,21 @@ def _pool_guess(levels: _Levels) -> int | None:
     return _pool_prediction(levels, below=saturation)
 
 
+def _past_saturation(level: float) -> int:
+    """The level a quarter above `level`: past the saturation point, where the SLOs fail there the knee is
+    bracketed."""
+    return math.ceil(level * (1 + PAST_SATURATION_TOLERANCE))
+
+
 def _next_rise(levels: _Levels, concurrency: int, max_concurrency: int) -> int:
     """The next level up: double, except where the KV usage measured says the pool runs out beyond the doubling
     and within the maximum. Then the rise goes straight to the last level the pool should hold, and from there to
     the one the usage measured there says should saturate it: on a KV-limited engine the saturation bracket closes
     in two steps instead of every doubling up to it and a bisection. A wrong prediction costs nothing that doubling
-    would not: the search goes on from there."""
+    would not: the search goes on from there. Past the saturation point, a quarter more at a time."""
+    saturation = levels.saturation
+    if saturation is not None:
+        return min(max(_past_saturation(max(concurrency, saturation)), concurrency + 1), max_concurrency)
     doubled = 2 * concurrency
     predicted = _pool_prediction(levels)
     if predicted is None:

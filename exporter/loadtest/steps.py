@@ -81,7 +81,9 @@ async def run_steps(settings: runner.RunSettings, search: SearchSettings, progre
             elif search.levels:
                 found = await _fixed(stepper, [(level, None) for level in search.levels])
             else:
-                found = await find_knee(stepper.step, search.max_concurrency, search.tolerance)
+                found = await find_knee(
+                    stepper.step, search.max_concurrency, search.tolerance, latency_slos=search.slos.judges_latency
+                )
         notes.extend(stepper.notes)
         notes.extend(_step_notes(found.steps))
         if stepper.stopped_by_time_limit:

@@ -2,6 +2,7 @@
 
 import asyncio
 import dataclasses
+import math
 from collections.abc import Callable
 
 import pytest
@@ -46,7 +47,8 @@ SHAPES: dict[str, tuple[SimulatedEngine, SloSpec, str]] = {
 
 
 def search(engine: SimulatedEngine, slos: SloSpec, max_concurrency: int = MAX_CONCURRENCY) -> Search:
-    return asyncio.run(find_knee(step_runner(engine, WORKLOAD, slos, DURATION, WARMUP), max_concurrency, TOLERANCE))
+    runner = step_runner(engine, WORKLOAD, slos, DURATION, WARMUP)
+    return asyncio.run(find_knee(runner, max_concurrency, TOLERANCE, latency_slos=slos.judges_latency))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -106,7 +108,7 @@ def test_the_kv_usage_at_concurrency_one_sends_the_rise_straight_under_the_pool_
     # The usage at 1 (5.3% of the pool) predicts 19; at 18 the usage measured there predicts 22, which saturates.
     assert ran[:3] == [1, 18, 22], ran
     assert not {2, 4, 8, 16}.intersection(ran), ran
-    # Past the saturation bracket's rise: one doubling past it, then at most two steps into (18, 22), then the
+    # Past the saturation bracket's rise: a quarter above it (28), then at most two steps into (18, 22), then the
     # confirmation (the last two). Doubling to 32 then bisecting (16, 32) took nine levels before the confirmation.
     assert len(ran[:-2]) <= 6, ran
 
@@ -125,6 +127,10 @@ def test_an_slo_knee_above_the_saturation_point_is_bracketed_to_a_quarter_not_th
     assert failing, ran
     gap = min(failing) - found.knee.concurrency
     assert 0.1 * found.knee.concurrency < gap <= 0.25 * found.knee.concurrency or gap <= 1, ran
+    # The rise past the first saturated level (22) went a quarter above it, where the SLO failed, and no higher: the
+    # doubling to 44 and the bisection back down cost two more levels.
+    first_saturated = next(step.concurrency for step in found.steps if step.engine_saturated)
+    assert max(ran) == math.ceil(1.25 * first_saturated), ran
 
 
 def test_a_server_that_never_fails_is_limited_by_the_maximum_concurrency_tried_last() -> None:
@@ -154,7 +160,26 @@ def run_scripted(knee: int, max_concurrency: int, interrupt_at: int | None = Non
     async def run_step(concurrency: int) -> StepSummary:
         return steps(concurrency)
 
-    return asyncio.run(find_knee(run_step, max_concurrency, TOLERANCE))
+    return asyncio.run(find_knee(run_step, max_concurrency, TOLERANCE, latency_slos=True))
+
+
+def test_past_the_saturation_point_the_rise_goes_a_quarter_at_a_time_and_needs_no_bisection() -> None:
+    slos = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.9)
+
+    async def run_step(concurrency: int) -> StepSummary:
+        # Saturated from 16 with the KV cache full; queueing alone breaks the SLO above 22.
+        run = StepRun(concurrency, 10.0, (), (), "unreachable", 0.001, None, 10.0, 0, 0)
+        signals = ("kv_full", "queue") if concurrency >= 16 else ()
+        return dataclasses.replace(summarize(run, slos), passed=concurrency <= 22, engine_signals=signals)
+
+    found = asyncio.run(find_knee(run_step, 64, TOLERANCE, latency_slos=True))
+    ran = [step.concurrency for step in found.steps]
+    # 16 saturates, 20 and 25 are a quarter apart: 25 fails, and (20, 25) is as close as a knee past saturation
+    # needs. Doubling to 32 and bisecting back took three levels more.
+    assert ran[:6] == [1, 2, 4, 8, 16, 20], ran
+    assert ran[6] == 25 and 32 not in ran, ran
+    assert found.knee is not None and found.knee.concurrency == 20
+    assert found.saturation is not None and found.saturation.step.concurrency <= 16
 
 
 def test_bisection_stops_within_the_tolerance_of_the_knee() -> None:
@@ -209,7 +234,12 @@ def test_over_20_seeds_the_knee_is_within_one_bisection_step_of_the_truth_and_ne
     knees = []
     for seed in range(SEEDS):
         found = asyncio.run(
-            find_knee(step_runner(NOISY, NOISY_WORKLOAD, NOISY_SLOS, 20.0, 5.0, noise_seed=seed), 64, TOLERANCE)
+            find_knee(
+                step_runner(NOISY, NOISY_WORKLOAD, NOISY_SLOS, 20.0, 5.0, noise_seed=seed),
+                64,
+                TOLERANCE,
+                latency_slos=True,
+            )
         )
         assert found.knee is not None
         knees.append(found.knee.concurrency)
@@ -230,7 +260,7 @@ def test_fresh_prompts_keep_an_engine_s_prefix_cache_from_raising_the_knee() -> 
             prompt_tokens=512, output_tokens=64, spread=0.2, seed=1, fresh_prompts=fresh_prompts
         )
         run_step = step_runner(dataclasses.replace(engine, prefix_cache=prefix_cache), workload, slos, 20.0, 5.0)
-        found = asyncio.run(find_knee(run_step, 128, TOLERANCE))
+        found = asyncio.run(find_knee(run_step, 128, TOLERANCE, latency_slos=True))
         return None if found.knee is None else found.knee.concurrency
 
     uncached = knee(prefix_cache=False, fresh_prompts=True)
