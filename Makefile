@@ -47,11 +47,11 @@ test: lint unit integration
 # The whole loop (README): vLLM, loadtest, generate, run, Prometheus and Alertmanager, a ramp to saturation.
 # DEMO_KEEP=1 keeps the stack up until Ctrl-C.
 demo: $(STAMP) vllm tools
-	$(BIN)/python deploy/local/demo.py
+	$(BIN)/python -m deploy.local.demo
 
 bench: $(STAMP)
-	$(BIN)/python bench/model_accuracy.py
-	$(BIN)/python bench/parse_bench.py
+	$(BIN)/python -m bench.model_accuracy
+	$(BIN)/python -m bench.parse_bench
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -9,7 +9,7 @@ orphan nothing explains. Times, in ms:
   retry    a pass re-examining the unexplained process (every 30 s by default)
   scan     one full fd scan of every process (listening_pids), the cost the container rule pays per new socket
 
-    .venv/bin/python bench/attribution_bench.py --processes 300 --fds 20
+    .venv/bin/python -m bench.attribution_bench --processes 300 --fds 20
 """
 
 import argparse
@@ -17,16 +17,14 @@ import os
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from exporter.config import Target
+from exporter.sources.nvml import GpuProcess, GpuReading, NvmlSnapshot
+from exporter.sources.processes import Attributor, listening_pids
 
-from exporter.config import Target  # noqa: E402
-from exporter.sources.nvml import GpuProcess, GpuReading, NvmlSnapshot  # noqa: E402
-from exporter.sources.processes import Attributor, listening_pids  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _snapshot(pids: list[int]) -> NvmlSnapshot:

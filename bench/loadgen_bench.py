@@ -9,7 +9,7 @@ server, not the client, fell behind is visible as such. `vllm bench serve` comes
 dependencies: `python3 -m venv /tmp/gl-venv && /tmp/gl-venv/bin/pip install guidellm==0.8.1`). Either is skipped,
 and says so, where it is missing.
 
-Run: .venv/bin/python bench/loadgen_bench.py [--levels 16,64,256,512,1024] [--seconds 5] [--guidellm /tmp/gl-venv]
+Run: .venv/bin/python -m bench.loadgen_bench [--levels 16,64,256,512,1024] [--seconds 5] [--guidellm /tmp/gl-venv]
 """
 
 import argparse

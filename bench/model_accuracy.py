@@ -14,8 +14,8 @@ them (exporter/capacity/fit.py) on every source but one, scores the left-out sou
 range exporter/capacity/uncertainty.py derives from the refit spreads, and reports that honest figure, the range's
 coverage and its median width beside the in-sample ones.
 
-    .venv/bin/python bench/model_accuracy.py            # table and summary
-    .venv/bin/python bench/model_accuracy.py --markdown # the summary as a README table
+    .venv/bin/python -m bench.model_accuracy            # table and summary
+    .venv/bin/python -m bench.model_accuracy --markdown # the summary as a README table
 """
 
 import argparse
@@ -38,7 +38,7 @@ from exporter.capacity.plan import CapacityPlan, plan
 from exporter.capacity.quantization import Quantization, from_config, from_flag
 from exporter.capacity.uncertainty import SHIPPED_SPREADS, TermSpreads, kv_cache_tokens_range
 from exporter.catalog import CatalogError, find_gpu, load_model
-from exporter.units import GIB
+from exporter.core.units import GIB
 
 DATA = Path(__file__).parent / "data" / "vllm_startup_logs.yaml"
 

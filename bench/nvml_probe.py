@@ -1,6 +1,6 @@
 """What the NVML reader sees on this machine, and what one read costs.
 
-    .venv/bin/python bench/nvml_probe.py [--reads 100]
+    .venv/bin/python -m bench.nvml_probe [--reads 100]
 
 Prints one JSON object: the first snapshot, then the mean and p99 milliseconds of the next reads. Without an
 NVIDIA driver the snapshot is up=false with the reason, and the timing is that of a failing init.

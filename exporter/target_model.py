@@ -42,7 +42,8 @@ def resolve(target: Target) -> TargetCatalog:
         try:
             gpu = find_gpu(target.gpu_type)
         except CatalogError as error:
-            problems.append(("gpu_type", str(error)))
+            # The daemon reads a GPU the list lacks, and its memory, from NVML: gpu_type is only for hosts without it.
+            problems.append(("gpu_type", f"{error} Leave gpu_type out where NVML sees the GPU."))
     return TargetCatalog(arch, gpu, tuple(problems))
 
 

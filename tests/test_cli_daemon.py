@@ -10,8 +10,9 @@ import threading
 import bcrypt
 import pytest
 
-from exporter.cli import build_parser, main, run_config
+from exporter.cli import build_parser, main
 from exporter.config import ConfigError
+from exporter.daemon.command import run_config
 from tests.conftest import ENGINE_FIXTURES
 from tests.daemon.pages import page_server
 from tests.support.prometheus import free_port
@@ -189,6 +190,16 @@ def test_run_check_only_also_asks_the_capacity_model(capsys, tmp_path):
     config.write_text("targets: [{url: 'http://127.0.0.1:8000/metrics', model: llama-3.1-70b, gpu_type: L4}]\n")
     assert main(["run", "--config", str(config), "--check-only"]) == 2
     assert f"{config}: targets[0].gpu_type: llama-3.1-70b does not fit on L4" in capsys.readouterr().err
+
+
+def test_an_unknown_gpu_type_says_how_to_see_the_presets_and_that_nvml_needs_none(capsys, tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("targets: [{url: 'http://127.0.0.1:8000/metrics', gpu_type: NVIDIA Foo 9000}]\n")
+    assert main(["check-config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "targets[0].gpu_type: unknown GPU 'NVIDIA Foo 9000'" in err
+    assert "plimsoll plan --list-gpus" in err and "Leave gpu_type out where NVML sees the GPU" in err
+    assert "--gpu-memory" not in err  # a flag of `plan`, not a config field
 
 
 COMMAND_TIMEOUT_S = 20.0  # a command that hangs fails here instead of holding the test run

@@ -92,6 +92,22 @@ def test_unknown_gpu_says_how_to_give_memory_instead(capsys):
     code, _, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "H1000")
     assert code == 2
     assert "--gpu-memory" in err
+    assert "--list-gpus" in err
+
+
+def test_an_unknown_gpu_name_with_its_memory_is_planned_under_that_name(capsys):
+    gpu = ("--gpu", "NVIDIA Foo 9000", "--gpu-memory", "90GiB")
+    code, out, _ = run(capsys, "plan", "--model", "llama-3.1-8b", *gpu, "--format", "json")
+    assert code == 0
+    answer = json.loads(out)
+    assert answer["gpu"] == "NVIDIA Foo 9000"
+    assert answer["gpu_memory_bytes"] == 90 * 1024**3
+
+
+def test_a_gpu_name_longer_than_any_card_prints_is_refused(capsys):
+    code, _, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "ab" * 100, "--gpu-memory", "90GiB")
+    assert code == 2
+    assert "at most 80 printable characters" in err
 
 
 def test_config_missing_a_key_names_the_key_and_the_file(capsys, tmp_path):
@@ -230,3 +246,21 @@ def test_a_gpu_hour_price_is_checked_as_the_configs_pricing_is(capsys, price, na
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--gpu-hour-price" in err and named in err
+
+
+def test_a_layer_partition_sizes_the_kv_cache_by_its_fullest_stage(capsys):
+    common = ("plan", "--model", "qwen3-235b-a22b", "--gpu-memory", "95.01GiB", "--kv-cache-memory", "26.84GiB")
+    code, out, _ = run(capsys, *common, "--pp-layer-partition", "20,20,27,27", "--format", "json")
+    assert code == 0
+    answer = json.loads(out)
+    assert answer["pipeline_parallel"] == 4  # implied by the four stages
+    assert answer["kv_bytes_per_token"] == 2 * 4 * 128 * 2 * 27
+    launch = "VLLM_PP_LAYER_PARTITION=20,20,27,27 vllm serve qwen3-235b-a22b -pp 4"
+    code, out, _ = run(capsys, *common, "--from", launch, "--format", "json")
+    assert code == 0 and json.loads(out)["kv_bytes_per_token"] == answer["kv_bytes_per_token"]
+
+
+def test_a_layer_partition_that_does_not_add_up_is_refused_as_vllm_refuses_it(capsys):
+    code, _, err = run(capsys, "plan", "--model", "qwen3-235b-a22b", "--pp", "4", "--pp-layer-partition", "24,24,23")
+    assert code == 2
+    assert "must give 4 stages (--pp) whose layers add up to the model's 94" in err

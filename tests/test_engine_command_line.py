@@ -55,6 +55,11 @@ def test_environment_assignments_and_line_continuations_are_accepted():
     assert command.settings == (("--tensor-parallel-size", "2"),)
 
 
+def test_vllms_layer_partition_variable_is_read_as_the_plimsoll_flag():
+    command = parse_engine_command_line("env VLLM_PP_LAYER_PARTITION=24,24,23,23 vllm serve org/m -pp 4")
+    assert command.settings == (("--pp-layer-partition", "24,24,23,23"), ("-pp", "4"))
+
+
 def test_an_unknown_flag_is_named():
     with pytest.raises(EngineCommandLineError, match="--speculative-config is not a vllm flag"):
         parse_engine_command_line("vllm serve org/m --speculative-config '{}'")

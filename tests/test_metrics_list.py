@@ -9,11 +9,11 @@ import aiohttp
 import pytest
 
 from exporter.capacity.deployment import Deployment
-from exporter.collector import SnapshotCollector
 from exporter.config import Config, SloConfig, Target
-from exporter.daemon import Daemon
+from exporter.daemon.collector import SnapshotCollector
+from exporter.daemon.poll import Daemon
+from exporter.daemon.snapshot import FAILURE_REASONS, Snapshot
 from exporter.metrics_list import METRICS, MetricSpec, render_markdown
-from exporter.snapshot import FAILURE_REASONS, Snapshot
 from exporter.sources.nvml import GpuProcess, GpuReading, NvmlSnapshot
 from tests.conftest import TESTS
 from tests.daemon.pages import page_server

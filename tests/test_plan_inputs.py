@@ -8,7 +8,7 @@ import pytest
 
 from exporter.catalog import find_gpu
 from exporter.cli import main
-from exporter.plan_flags import gpu_for
+from exporter.deployment_flags import gpu_for
 
 GIB = 1024**3
 
@@ -225,6 +225,31 @@ def test_a100_alone_is_ambiguous_and_lists_both(capsys):
 def test_new_gpu_presets_resolve_with_their_cuda_total(name, preset, gib):
     gpu = find_gpu(name)
     assert gpu.name == preset and gpu.memory_bytes == round(gib * GIB) and gpu.evidence
+
+
+# Names as `nvidia-smi --query-gpu=name` (or ROCm's torch.cuda.get_device_name) prints them, in other case and spacing.
+@pytest.mark.parametrize(
+    ("printed", "preset", "gib", "capability"),
+    [
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000-Server", 95.01, (12, 0)),
+        ("nvidia rtx pro 6000 blackwell workstation edition", "RTX-PRO-6000-Workstation", 94.97, (12, 0)),
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "RTX-PRO-6000-Workstation", 94.97, (12, 0)),
+        ("NVIDIA B300 SXM6 AC", "B300", 267.69, (10, 3)),
+        ("NVIDIA  GB200", "GB200", 184.31, (10, 0)),
+        ("NVIDIA GB300", "GB300", 276.50, (10, 3)),
+        ("NVIDIA H20-3e", "H20-141GB", 139.80, (9, 0)),
+        ("NVIDIA A800-SXM4-80GB", "A800-80GB", 79.33, (8, 0)),
+        ("NVIDIA L20", "L20", 44.53, (8, 9)),
+        ("NVIDIA GeForce RTX 5090", "RTX-5090", 31.37, (12, 0)),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada", 47.53, (8, 9)),
+        ("AMD Instinct MI325X", "MI325X", 255.98, (9, 4)),
+        ("AMD Instinct MI355X", "MI355X", 287.98, (9, 5)),
+    ],
+)
+def test_gpus_are_found_by_the_name_the_driver_prints(printed, preset, gib, capability):
+    gpu = find_gpu(printed)
+    assert (gpu.name, gpu.memory_bytes, gpu.compute_capability) == (preset, round(gib * GIB), capability)
+    assert not gpu.is_a100  # the A800 too: vLLM's smaller A100 defaults look for "a100" in the name
 
 
 def test_every_gpu_preset_says_where_its_figure_comes_from():

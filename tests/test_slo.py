@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.slo import SloCounter, SloSpec, advance, burn_rate_factors, good_count
+from exporter.core.slo import SloCounter, SloSpec, advance, burn_rate_factors, good_count
 
 INF = math.inf
 

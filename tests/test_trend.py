@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.trend import History, Point, eta_seconds, slope
+from exporter.core.trend import History, Point, eta_seconds, slope
 
 POLL = 5.0
 WINDOW = 120  # ten minutes of polls, what the daemon keeps

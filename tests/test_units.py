@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.units import parse_duration, parse_size
+from exporter.core.units import parse_duration, parse_size
 
 
 @pytest.mark.parametrize(

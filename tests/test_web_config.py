@@ -20,11 +20,11 @@ import yaml
 from aiohttp.test_utils import TestServer
 from cryptography.hazmat.primitives import serialization
 
-from exporter import web_config
 from exporter.config import Config, ConfigError
-from exporter.daemon import Daemon
-from exporter.server import build_app
-from exporter.web_config import BasicAuth, WebConfig, load_web_config
+from exporter.daemon import web_config
+from exporter.daemon.poll import Daemon
+from exporter.daemon.server import build_app
+from exporter.daemon.web_config import BasicAuth, WebConfig, load_web_config
 
 LOOPBACK = "127.0.0.1"
 USER = "prometheus"

@@ -37,10 +37,7 @@ from typing import Any
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO_ROOT))
-
-from tests.support.prometheus import (  # noqa: E402
+from tests.support.prometheus import (
     NotReady,
     Prometheus,
     QueryError,
@@ -53,7 +50,7 @@ from tests.support.prometheus import (  # noqa: E402
     webhooks_to,
     with_short_waits,
 )
-from tests.support.vllm_cpu import (  # noqa: E402
+from tests.support.vllm_cpu import (
     ClosedLoopLoad,
     VllmError,
     VllmServer,
@@ -62,6 +59,8 @@ from tests.support.vllm_cpu import (  # noqa: E402
     free_port,
     start_vllm,
 )
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 DEMO_DIR = REPO_ROOT / ".cache" / "demo"
 TOOLS_BIN = REPO_ROOT / ".cache" / "prometheus-tools" / "usr" / "bin"

@@ -1,6 +1,6 @@
 """Regenerate docs/status-page.png, the README's picture of the status page, over a recorded fleet.
 
-    .venv/bin/python deploy/local/screenshot_status.py [--out docs/status-page.png]
+    .venv/bin/python -m deploy.local.screenshot_status [--out docs/status-page.png]
 
 The fleet is tests/support/recorded_fleet.py's node A, all on 127.0.0.1: real daemons polling recorded engine
 pages (vLLM saturated, a burst replayed idle -> peak -> after, one that preempted, SGLang, a target whose port
@@ -9,18 +9,16 @@ with everything but loopback refused. Takes about 20 s.
 """
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
+from selenium.webdriver.support.ui import WebDriverWait
+
+from exporter.config import Config
+from tests.support.browser import headless_chromium, install
+from tests.support.recorded_fleet import recorded_fleet
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
-
-from exporter.config import Config  # noqa: E402
-from tests.support.browser import headless_chromium, install  # noqa: E402
-from tests.support.recorded_fleet import recorded_fleet  # noqa: E402
 
 # The replayed burst moves a stage this often, so the sparklines have a shape.
 STAGE_SECONDS = 4.0

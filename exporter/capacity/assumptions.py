@@ -2,10 +2,10 @@
 
 The derived parts (weights, KV bytes per token, block arithmetic) follow the engines' source. What is here
 either is an engine default (quoted from the engine's source) or is fitted to real startup logs; the README's
-"Model accuracy" section scores the model against those logs with `python bench/model_accuracy.py`.
+"Model accuracy" section scores the model against those logs with `python -m bench.model_accuracy`.
 """
 
-from exporter.units import GIB
+from exporter.core.units import GIB
 
 # vLLM defaults (vllm/config/cache.py, vllm/engine/arg_utils.py: EngineArgs.get_batch_defaults).
 VLLM_GPU_MEMORY_UTILIZATION = 0.92

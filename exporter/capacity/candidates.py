@@ -43,12 +43,15 @@ class Layout:
         return out
 
     def applied(self, d: Deployment) -> Deployment:
+        same_stages = self.pipeline_parallel == d.pipeline_parallel
         return replace(
             d,
             tensor_parallel=self.tensor_parallel,
             pipeline_parallel=self.pipeline_parallel,
             data_parallel=self.data_parallel,
             expert_parallel=self.expert_parallel,
+            # A layer partition lists one count per stage: it holds for the PP size it was given with only.
+            pp_layer_partition=d.pp_layer_partition if same_stages else None,
         )
 
 

@@ -30,6 +30,8 @@ class Deployment:
     enforce_eager: bool = False
     quantization: Quantization | None = None
     vllm_version: tuple[int, int] | None = None  # None: current vLLM
+    # Layers per pipeline stage as vLLM's VLLM_PP_LAYER_PARTITION gives them; None: vLLM's own split.
+    pp_layer_partition: tuple[int, ...] | None = None
 
     @property
     def gpus(self) -> int:
@@ -42,3 +44,35 @@ class Deployment:
         if self.enforce_eager or self.engine != "vllm":
             return False
         return self.vllm_version is None or self.vllm_version >= A.VLLM_CUDA_GRAPHS_IN_BUDGET_SINCE
+
+
+@dataclass(frozen=True)
+class PipelineStage:
+    """The layers one pipeline stage holds; the first stage also holds the embedding, the last the LM head."""
+
+    first_layer: int
+    layers: int
+    first: bool = True
+    last: bool = True
+
+    @property
+    def whole_model(self) -> bool:
+        return self.first and self.last
+
+
+def pipeline_stages(num_layers: int, pp: int, partition: tuple[int, ...] | None = None) -> tuple[PipelineStage, ...]:
+    """The stages vLLM splits the layers into (`get_pp_indices` in vllm/distributed/utils.py). Each stage gets
+    layers // PP; the remainder goes one layer each to the stages before the last, counting back from the
+    second-to-last (94 layers over 4 stages: 23, 24, 24, 23), as the first stage holds the embedding and the last
+    the LM head and the final norm. VLLM_PP_LAYER_PARTITION (`partition`) gives the counts instead."""
+    if partition is None:
+        counts = [num_layers // pp] * pp
+        for back in range(2, num_layers % pp + 2):
+            counts[-back] += 1
+    else:
+        counts = list(partition)
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    return tuple(
+        PipelineStage(start, count, first=i == 0, last=i == len(counts) - 1)
+        for i, (start, count) in enumerate(zip(starts, counts, strict=True))
+    )

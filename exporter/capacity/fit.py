@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from exporter.capacity.uncertainty import Spread, TermSpreads, Version
-from exporter.units import GIB
+from exporter.core.units import GIB
 
 # A version needs this many logs printing a term before its own median and spread are used instead of those of
 # all versions together: two logs of one source often agree by accident of the harness.

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from exporter.capacity.architecture import FULL, SLIDING, ModelArchitecture
+from exporter.capacity.deployment import PipelineStage
 
 KV_DTYPE_BYTES = {
     "fp8": 1,
@@ -74,13 +75,16 @@ class KvLayout:
         return self.full_layers > 0 and self.sliding_layers > 0
 
 
-def kv_layout(arch: ModelArchitecture, tp: int = 1, pp: int = 1, dtype_bytes: int = 2) -> KvLayout:
-    per_stage = math.ceil(arch.num_layers / pp)
-    stage = arch.layer_types[:per_stage]  # the first stage is the fullest when the split is uneven
+def kv_layout(
+    arch: ModelArchitecture, tp: int = 1, stage: PipelineStage | None = None, dtype_bytes: int = 2
+) -> KvLayout:
+    """The KV cache of one GPU of a pipeline stage (None: the whole model)."""
+    first, layers = (0, arch.num_layers) if stage is None else (stage.first_layer, stage.layers)
+    types = arch.layer_types[first : first + layers]
     return KvLayout(
         bytes_per_token_per_layer=kv_bytes_per_token_per_layer(arch, tp, dtype_bytes),
-        full_layers=stage.count(FULL),
-        sliding_layers=stage.count(SLIDING),
+        full_layers=types.count(FULL),
+        sliding_layers=types.count(SLIDING),
         sliding_window=arch.sliding_window,
     )
 

@@ -13,13 +13,13 @@ from exporter.capacity import assumptions as A
 from exporter.capacity.activation import activation_peak_bytes, cuda_graph_bytes, non_torch_bytes
 from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.candidates import GPUS_PER_NODE, MAX_GPUS_PER_REPLICA, layouts, precisions
-from exporter.capacity.deployment import Deployment
+from exporter.capacity.deployment import Deployment, PipelineStage, pipeline_stages
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import KvLayout, KvPool, kv_dtype_bytes, kv_layout, kv_pool
 from exporter.capacity.uncertainty import kv_cache_tokens_range
 from exporter.capacity.weights import WeightBreakdown, weight_breakdown, weight_dtype_bytes
+from exporter.core.units import format_gib
 from exporter.display import shown
-from exporter.units import format_gib
 
 ENGINES = ("vllm", "sglang")
 
@@ -106,7 +106,7 @@ class CapacityPlan:
             "kv_bytes_per_token": self.layout.bytes_per_token,
             "kv_cache_blocks": self.pool.num_blocks,
             "kv_cache_tokens": self.pool.tokens,
-            # Per engine, like kv_cache_tokens: where the real figure may fall (README "Model accuracy").
+            # Per engine, like kv_cache_tokens: where the real figure may fall (docs/plan.md).
             "kv_cache_tokens_range": list(kv_cache_tokens_range(self)),
             "kv_cache_tokens_per_replica": self.replica_kv_tokens,
             "max_concurrency": round(self.pool.max_concurrency, 4),
@@ -130,6 +130,13 @@ def resolve(deployment: Deployment, arch: ModelArchitecture, gpu: GpuSpec) -> De
         )
     if d.pipeline_parallel > arch.num_layers:
         raise PlanError(f"--pp {d.pipeline_parallel} exceeds the model's {arch.num_layers} layers")
+    partition = d.pp_layer_partition
+    if partition is not None and (len(partition) != d.pipeline_parallel or sum(partition) != arch.num_layers):
+        # vLLM refuses the same two mistakes at startup (get_pp_indices).
+        raise PlanError(
+            f"--pp-layer-partition {','.join(map(str, partition))} must give {d.pipeline_parallel} stages (--pp) "
+            f"whose layers add up to the model's {arch.num_layers}"
+        )
     utilization = d.gpu_memory_utilization
     if utilization is None and d.engine == "sglang":
         utilization = A.SGLANG_MEM_FRACTION_STATIC
@@ -174,18 +181,27 @@ def _fits(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> bool
 
 
 def evaluate(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> CapacityPlan:
-    """The per-GPU breakdown alone, without searching for fixes: what searches call for each candidate."""
+    """The per-GPU breakdown alone, without searching for fixes: what searches call for each candidate.
+
+    With pipeline parallelism each stage sizes its pool from its own weights and layers, then vLLM gives every stage
+    the block count of the smallest (`get_kv_cache_configs` in vllm/v1/core/kv_cache_utils.py): the engine holds
+    what its tightest stage holds, so that stage's breakdown is the answer (one that does not fit first)."""
     d = resolve(deployment, arch, gpu)
+    stages = dict.fromkeys(pipeline_stages(arch.num_layers, d.pipeline_parallel, d.pp_layer_partition))
+    return min((_evaluate_stage(arch, gpu, d, stage) for stage in stages), key=lambda p: (p.fits, p.pool.tokens))
+
+
+def _evaluate_stage(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, stage: PipelineStage) -> CapacityPlan:
     assert d.gpu_memory_utilization is not None and d.max_model_len is not None
     assert d.max_num_batched_tokens is not None and d.max_num_seqs is not None and d.block_size is not None
     tp, pp = d.tensor_parallel, d.pipeline_parallel
     sglang = d.engine == "sglang"
     dtype_bytes = weight_dtype_bytes(arch, d.dtype)
     weights = weight_breakdown(
-        arch, tp, pp, d.dtype, d.quantization, d.vllm_version, d.data_parallel, d.expert_parallel
+        arch, tp, stage, d.dtype, d.quantization, d.vllm_version, d.data_parallel, d.expert_parallel
     )
     # Each data-parallel engine keeps its own KV pool, laid out as one TP x PP engine's.
-    layout = kv_layout(arch, tp, pp, kv_dtype_bytes(d.kv_cache_dtype, dtype_bytes))
+    layout = kv_layout(arch, tp, stage, kv_dtype_bytes(d.kv_cache_dtype, dtype_bytes))
     budget = round(gpu.memory_bytes * d.gpu_memory_utilization)
     lines = [
         BreakdownLine("GPU memory", gpu.memory_bytes, f"{gpu.name}, total as the CUDA runtime reports it"),
@@ -267,7 +283,9 @@ def _graphs_how(d: Deployment) -> str:
 
 def _weights_how(weights: WeightBreakdown, d: Deployment) -> str:
     quant = d.quantization.label if d.quantization else f"{d.dtype} (16-bit)" if d.dtype == "auto" else d.dtype
-    split = f"split over TP {d.tensor_parallel}" + (f" x PP {d.pipeline_parallel}" if d.pipeline_parallel > 1 else "")
+    split = f"split over TP {d.tensor_parallel}"
+    if d.pipeline_parallel > 1:
+        split += f" x PP {d.pipeline_parallel} (the stage of {weights.layers_on_gpu} layers holding the fewest tokens)"
     if d.data_parallel > 1:
         experts = "whole experts (EP)" if d.expert_parallel else "experts sliced"
         split += f", DP {d.data_parallel} engines with {experts} over DP x TP {d.data_parallel * d.tensor_parallel}"

@@ -7,7 +7,7 @@ logs gets the spread over all versions, which is wider. The terms are treated as
 in quadrature rather than all at their worst at once.
 
 `SHIPPED_SPREADS` is what `exporter.capacity.fit.term_spreads` derives from bench/data/vllm_startup_logs.yaml
-(`python bench/model_accuracy.py` prints it; tests/capacity/test_uncertainty.py checks it is current).
+(`python -m bench.model_accuracy` prints it; tests/capacity/test_uncertainty.py checks it is current).
 """
 
 import math
@@ -17,7 +17,7 @@ from typing import Protocol
 from exporter.capacity.deployment import Deployment
 from exporter.capacity.kv import KvLayout, KvPool
 from exporter.capacity.weights import WeightBreakdown
-from exporter.units import GIB
+from exporter.core.units import GIB
 
 Version = tuple[int, int]
 

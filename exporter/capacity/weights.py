@@ -3,8 +3,8 @@
 Counted as vLLM lays the model out: the vocabulary padded to a multiple of 64 and split by tensor parallelism,
 attention and MLP matrices split by TP, key/value projections replicated once TP exceeds the KV heads, MLA's
 down-projections and MoE routers replicated. Norms are counted but never split (they are tiny).
-Pipeline parallelism gives each stage ceil(layers / PP) layers; the worst stage also holds the embedding or the
-LM head, whichever is larger.
+Pipeline parallelism gives each stage its own layers, split as vLLM splits them (`pipeline_stages`); the first
+stage also holds the embedding and the last the LM head, so the plan looks at each stage (`exporter.capacity.plan`).
 Data parallelism runs DP engines of TP GPUs each, and every engine keeps its own attention, dense MLPs and
 embeddings. MoE experts are the exception: vLLM flattens TP across DP for the expert layers
 (`FusedMoEParallelConfig.make` in vllm/model_executor/layers/fused_moe/config.py, and docs/serving/
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from exporter.capacity import assumptions as A
 from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.deployment import PipelineStage
 from exporter.capacity.quantization import SCOPE_EXPERTS, Quantization
 
 VOCAB_PADDING = 64
@@ -172,41 +173,40 @@ def _rotary_cache_elements(arch: ModelArchitecture) -> int:
 def weight_breakdown(
     arch: ModelArchitecture,
     tp: int = 1,
-    pp: int = 1,
+    stage: PipelineStage | None = None,
     dtype: str = "auto",
     quantization: Quantization | None = None,
     vllm_version: tuple[int, int] | None = None,
     data_parallel: int = 1,
     expert_parallel: bool = False,
 ) -> WeightBreakdown:
-    """Weights on the fullest GPU of a DP x TP x PP deployment (vllm_version None: current vLLM)."""
+    """Weights on one GPU of a pipeline stage (None: the whole model, no pipeline parallelism) of a DP x TP x PP
+    deployment (vllm_version None: current vLLM)."""
+    stage = stage or PipelineStage(0, arch.num_layers)
     quant = quantization or arch.quantization
     plain = weight_dtype_bytes(arch, dtype)
     quantized = quant.bytes_per_weight_in(vllm_version) if quant is not None else plain
     linear = plain if quant is None or quant.scope == SCOPE_EXPERTS else quantized
     experts = quantized
-    layers_on_gpu = math.ceil(arch.num_layers / pp)
-    # The fullest stage: the first layers (DeepSeek's dense ones are cheaper, so take the mean per layer).
-    per_layer = [layer_params(arch, i, tp, quant, data_parallel, expert_parallel) for i in range(arch.num_layers)]
-    share = layers_on_gpu / arch.num_layers
+    layers = range(stage.first_layer, stage.first_layer + stage.layers)
+    per_layer = [layer_params(arch, i, tp, quant, data_parallel, expert_parallel) for i in layers]
     vocab_slice = _padded_vocab(arch) * arch.hidden_size / tp
-    embedding = vocab_slice * plain
-    head = 0.0 if arch.tie_word_embeddings and pp == 1 else vocab_slice * plain
-    if pp > 1:
-        embedding, head = max(embedding, head), 0.0  # one stage holds the larger of the two
-    vision = _vision_params(arch) * plain / tp if pp == 1 else 0
+    embedding = vocab_slice * plain if stage.first else 0.0
+    # Tied embeddings share one matrix only where one GPU holds both ends of the model.
+    head = vocab_slice * plain if stage.last and not (arch.tie_word_embeddings and stage.whole_model) else 0.0
+    vision = _vision_params(arch) * plain / tp if stage.whole_model else 0
     return WeightBreakdown(
         total_parameters=count_parameters(arch),
         embedding_bytes=round(embedding),
         lm_head_bytes=round(head),
-        attention_bytes=round(share * sum(p.attention for p in per_layer) * linear),
-        mlp_bytes=round(share * sum(p.dense_mlp for p in per_layer) * linear),
-        expert_bytes=round(share * sum(p.experts for p in per_layer) * experts),
+        attention_bytes=round(sum(p.attention for p in per_layer) * linear),
+        mlp_bytes=round(sum(p.dense_mlp for p in per_layer) * linear),
+        expert_bytes=round(sum(p.experts for p in per_layer) * experts),
         other_bytes=round(
-            share * sum(p.replicated for p in per_layer) * plain
+            sum(p.replicated for p in per_layer) * plain
             + vision
             + arch.hidden_size * plain
             + _rotary_cache_elements(arch) * plain
         ),
-        layers_on_gpu=layers_on_gpu,
+        layers_on_gpu=stage.layers,
     )

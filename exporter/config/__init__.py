@@ -6,6 +6,8 @@ one pass, each naming the file and the field path), and handed out as frozen obj
 model holds the frozen values the rest of the program receives; loading reads files and YAML safely; validators
 check one field's value and reader walks a mapping collecting problems; targets, discovery, slos, alerting,
 autoscaling and pricing each read one section; document reads the whole file. The names below are the API.
+
+May import core/, capacity/, catalog.py and files.py; never sources/, daemon/ or a command.
 """
 
 from exporter.config.autoscaling import check_model_labels

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 from exporter.config.model import AlertingConfig
 from exporter.config.reader import Reader
 from exporter.config.validators import shown, text_value, validate_duration, validate_ratio, validate_request_count
-from exporter.units import parse_size, value_kind
+from exporter.core.units import parse_size, value_kind
 
 _ALERTING_FIELDS = (
     "runbook_url",

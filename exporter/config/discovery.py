@@ -16,7 +16,7 @@ from exporter.config.validators import (
     validate_duration,
     validate_url,
 )
-from exporter.units import value_kind
+from exporter.core.units import value_kind
 
 # Ports the engines listen on by default: vLLM/NIM/TGI-docker 8000, SGLang 30000, Triton metrics 8002,
 # TGI/llama.cpp 8080, LMDeploy 23333.

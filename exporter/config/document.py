@@ -23,7 +23,7 @@ from exporter.config.validators import (
     validate_ratio,
     validate_request_count,
 )
-from exporter.units import parse_size
+from exporter.core.units import parse_size
 
 _TOP_FIELDS = (
     "listen",

@@ -68,7 +68,7 @@ class KubernetesDiscovery:
 @dataclass(frozen=True)
 class AlertingConfig:
     """The knobs the generated rules and dashboards both read, so a dashboard line sits where its alert fires.
-    README "Alerts" says why each default is what it is."""
+    docs/alerts.md says why each default is what it is."""
 
     # rules/RUNBOOK.md; each alert links here with its name, lowercased, as the anchor.
     runbook_url: str = "https://github.com/plimsoll-dev/plimsoll/blob/main/rules/RUNBOOK.md"
@@ -102,7 +102,7 @@ class ScaledWorkload:
 
 @dataclass(frozen=True)
 class AutoscalingConfig:
-    """README "Autoscaling rules": what the replicas-needed rules and the generated scalers read."""
+    """docs/autoscaling.md: what the replicas-needed rules and the generated scalers read."""
 
     prometheus: str | None  # the address KEDA and prometheus-adapter query
     margin: float  # the share of a replica's capacity to plan on

@@ -5,7 +5,7 @@ from typing import Any
 from exporter.catalog import gpu_presets
 from exporter.config.reader import Reader
 from exporter.config.validators import label_value, shown, validate_number
-from exporter.units import value_kind
+from exporter.core.units import value_kind
 
 _NVML_NAME_PREFIXES = ("NVIDIA ", "Tesla ", "Quadro ")
 _GPU_LABEL = label_value("a GPU type (a preset or NVML product name)")
@@ -47,4 +47,5 @@ def validate_gpu_hour_prices(value: Any) -> tuple[tuple[str, float], ...]:
 def parse_pricing(r: Reader, raw: Any) -> tuple[tuple[str, float], ...]:
     data = r.mapping(raw, "pricing")
     r.unknown(data, "pricing", ("gpu_hour",))
-    return r.convert(data, "gpu_hour", "pricing.", validate_gpu_hour_prices, ())
+    prices: tuple[tuple[str, float], ...] = r.convert(data, "gpu_hour", "pricing.", validate_gpu_hour_prices, ())
+    return prices

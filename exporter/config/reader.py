@@ -4,7 +4,7 @@ of a file's problems are reported in one pass."""
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from exporter.units import value_kind
+from exporter.core.units import value_kind
 
 
 class Reader:

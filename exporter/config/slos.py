@@ -6,7 +6,7 @@ from typing import Any
 from exporter.config.model import SloConfig
 from exporter.config.reader import Reader
 from exporter.config.validators import validate_duration, validate_ratio
-from exporter.slo import SLO_NAMES
+from exporter.core.slo import SLO_NAMES
 
 
 def parse_slos(r: Reader, raw: Any) -> tuple[SloConfig, ...]:

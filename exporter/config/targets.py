@@ -22,7 +22,7 @@ from exporter.config.validators import (
     validate_ratio,
     validate_url,
 )
-from exporter.units import parse_size, value_kind
+from exporter.core.units import parse_size, value_kind
 
 _DEPLOYMENT_FIELDS = (
     "tensor_parallel",

@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from exporter.config.model import DEFAULT_PORT
-from exporter.units import parse_duration, value_kind
+from exporter.core.units import parse_duration, value_kind
 
 _SHOWN_CHARS = 80  # of a bad value quoted in a message: a 1 MiB label value is not repeated whole
 _MAX_LABEL_VALUE_CHARS = 256

@@ -5,8 +5,8 @@
 for the test that runs them against a real Prometheus.
 
 What comes from the config: each SLO's latency threshold and objective and the SLO period (the burn-rate factors,
-derived by `exporter.slo.burn_rate_factors`), the KV-usage saturation threshold and the lead time, and the
-`alerting:` section (README "Alerts"), which the dashboards read too: the runbook URL, the exporter's job regex, the
+derived by `exporter.core.slo.burn_rate_factors`), the KV-usage saturation threshold and the lead time, and the
+`alerting:` section (docs/alerts.md), which the dashboards read too: the runbook URL, the exporter's job regex, the
 PrometheusRule's labels, the gate under which no trend pages with its hold and trend window, the fleet headroom
 floor, and the drift and VRAM-growth limits. The other `for` durations are fixed here (documented in
 rules/RUNBOOK.md).
@@ -26,8 +26,9 @@ from typing import Any
 import yaml
 
 from exporter.config import AlertingConfig, AutoscalingConfig, Config, ScaledWorkload, SloConfig, check_model_labels
+from exporter.core.slo import BurnWindow, burn_rate_factors
+from exporter.core.units import duration
 from exporter.generate.artifact import Artifact
-from exporter.slo import BurnWindow, burn_rate_factors
 
 RULES_PATH = "rules/plimsoll.rules.yaml"
 PROMETHEUS_RULE_PATH = "deploy/kubernetes/prometheusrule.yaml"
@@ -59,24 +60,6 @@ REPLICA = "model, instance, target"
 
 _ENGINE = "{{ $labels.model }} on {{ $labels.target }}"
 _WHERE = "(node {{ $labels.instance }}{{ if $labels.dp_rank }}, dp_rank {{ $labels.dp_rank }}{{ end }})"
-
-_UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001))
-
-
-def duration(seconds: float) -> str:
-    """A Prometheus duration: "5m", "1d", "2m30s", "500ms"."""
-    if seconds <= 0:
-        raise ValueError(f"duration {seconds!r} is not positive")
-    milliseconds = round(seconds * 1000)
-    parts = []
-    for unit, size in _UNITS:
-        size_ms = round(size * 1000)
-        if milliseconds >= size_ms:
-            count, milliseconds = divmod(milliseconds, size_ms)
-            parts.append(f"{count}{unit}")
-    if not parts:
-        raise ValueError(f"duration {seconds!r} is shorter than a millisecond")
-    return "".join(parts)
 
 
 def _number(value: float) -> str:

@@ -367,7 +367,7 @@ def _write_back(settings: LoadtestSettings, result: RunResult, written: WrittenO
         messages.append(
             f"--write: knee_concurrency {replica_knee.concurrency} not written: no autoscaling workload in {config} "
             f"has {wanted}; the workload serving this model takes it (add it under autoscaling.workloads, "
-            f'README "Autoscaling rules")'
+            "docs/autoscaling.md)"
         )
     changes = []
     if fragment is not None:

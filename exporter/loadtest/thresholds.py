@@ -26,9 +26,9 @@ from ruamel.yaml.tokens import CommentToken
 from ruamel.yaml.util import load_yaml_guess_indent
 
 from exporter.config import ConfigError, check_config, label_value, load_yaml, read_config_text
+from exporter.core.units import duration
 from exporter.display import shown
 from exporter.files import write_atomically
-from exporter.generate.rules import duration
 from exporter.loadtest.judge import StepSummary
 
 DEFAULT_MARGIN = 0.05

@@ -6,8 +6,7 @@ within the same origin, and the Authorization header from a target's credential 
 in a failure's words (a URL is shown redacted). A failure comes back as a reason (one of snapshot.FAILURE_REASONS)
 and a detail, never raised.
 
-It may import the config and the package's version, never exporter.daemon, exporter.server or the commands: they
-import it.
+It may import the config and the package's version, never exporter.daemon or the commands: they import it.
 """
 
 import asyncio

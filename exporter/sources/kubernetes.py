@@ -72,7 +72,8 @@ def _port(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> int | str |
     for container in pod.get("spec", {}).get("containers", []):
         for port in container.get("ports", []):
             if port.get("containerPort") in SCAN_PORTS and port.get("protocol", "TCP") == "TCP":
-                return port["containerPort"]
+                number: int = port["containerPort"]
+                return number
     return None
 
 

@@ -189,7 +189,7 @@ class NvmlReader:
             current, _pending = self._nvml.nvmlDeviceGetMigMode(handle)
         except self._nvml.NVMLError_NotSupported:
             return False  # what every GPU without MIG answers
-        return current == self._nvml.NVML_DEVICE_MIG_ENABLE
+        return bool(current == self._nvml.NVML_DEVICE_MIG_ENABLE)
 
     def _reading(self, index: str, handle: object, parent_uuid: str | None) -> GpuReading:
         nvml = self._nvml
@@ -229,7 +229,7 @@ class NvmlReader:
 def container_id_from_cgroup(text: str) -> str | None:
     """The 64-hex container ID in /proc/<pid>/cgroup content (v1 or v2), innermost when containers nest."""
     for line in text.splitlines():
-        ids = _CONTAINER_ID.findall(_cgroup_path(line))
+        ids: list[str] = _CONTAINER_ID.findall(_cgroup_path(line))
         if ids:
             return ids[-1]
     return None
@@ -238,7 +238,7 @@ def container_id_from_cgroup(text: str) -> str | None:
 def pod_uid_from_cgroup(text: str) -> str | None:
     """The Kubernetes pod UID in /proc/<pid>/cgroup content, dashed as the API server writes it."""
     for line in text.splitlines():
-        uids = _POD_UID.findall(_cgroup_path(line))
+        uids: list[str] = _POD_UID.findall(_cgroup_path(line))
         if uids:
             return uids[-1].replace("_", "-")
     return None

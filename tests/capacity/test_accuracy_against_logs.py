@@ -4,16 +4,9 @@ The thresholds are the README's reported figures with a little slack: a change t
 against reality fails here, whatever the unit tests say.
 """
 
-import importlib.util
-
 import pytest
 
-from tests.conftest import TESTS
-
-spec = importlib.util.spec_from_file_location("model_accuracy", TESTS.parent / "bench" / "model_accuracy.py")
-assert spec is not None and spec.loader is not None
-model_accuracy = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(model_accuracy)
+from bench import model_accuracy
 
 
 def _rows():

@@ -1,24 +1,17 @@
 """The range every plan gets around its KV-token figure, and whether it holds the real logs out of sample."""
 
-import importlib.util
-
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench import model_accuracy
 from exporter.capacity.deployment import Deployment
 from exporter.capacity.fit import FitError, spread
 from exporter.capacity.plan import plan
 from exporter.capacity.uncertainty import SHIPPED_SPREADS, kv_cache_tokens_range
 from exporter.catalog import find_gpu, load_model
-from exporter.units import GIB
-from tests.conftest import TESTS
-
-spec = importlib.util.spec_from_file_location("model_accuracy", TESTS.parent / "bench" / "model_accuracy.py")
-assert spec is not None and spec.loader is not None
-model_accuracy = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(model_accuracy)
+from exporter.core.units import GIB
 
 ENTRIES = yaml.safe_load(model_accuracy.DATA.read_text())
 LLAMA_8B = load_model("llama-3.1-8b")

@@ -2,6 +2,7 @@
 
 import pytest
 
+from exporter.capacity.deployment import pipeline_stages
 from exporter.capacity.quantization import from_config, from_flag
 from exporter.capacity.weights import count_parameters, weight_breakdown
 from exporter.catalog import load_model
@@ -53,11 +54,19 @@ def test_tied_embeddings_hold_no_separate_lm_head():
 
 def test_pipeline_stage_holds_its_layers_and_one_vocabulary_matrix():
     arch = load_model("llama-3.1-70b")
-    staged = weight_breakdown(arch, pp=2)
+    first, last = (weight_breakdown(arch, stage=stage) for stage in pipeline_stages(arch.num_layers, 2))
     whole = weight_breakdown(arch)
-    assert staged.layers_on_gpu == 40
-    assert staged.attention_bytes == whole.attention_bytes // 2
-    assert staged.embedding_bytes == whole.embedding_bytes and staged.lm_head_bytes == 0
+    assert first.layers_on_gpu == last.layers_on_gpu == 40
+    assert first.attention_bytes == whole.attention_bytes // 2
+    assert (first.embedding_bytes, first.lm_head_bytes) == (whole.embedding_bytes, 0)
+    assert (last.embedding_bytes, last.lm_head_bytes) == (0, whole.lm_head_bytes)
+
+
+def test_a_middle_pipeline_stage_holds_no_vocabulary_matrix_and_tied_ends_hold_one_each():
+    arch = load_model("llama-3.2-1b")  # tied embeddings: one matrix when one GPU holds the whole model
+    first, middle, last = (weight_breakdown(arch, stage=stage) for stage in pipeline_stages(arch.num_layers, 3))
+    assert middle.embedding_bytes == middle.lm_head_bytes == 0
+    assert first.embedding_bytes == last.lm_head_bytes == weight_breakdown(arch).embedding_bytes
 
 
 def test_awq_4bit_costs_scales_and_zeros_on_top_of_half_a_byte():

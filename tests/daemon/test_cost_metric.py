@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.capacity.deployment import Deployment
-from exporter.collector import SnapshotCollector
 from exporter.config import Config, Target
-from exporter.daemon import Daemon
-from exporter.snapshot import Snapshot
+from exporter.daemon.collector import SnapshotCollector
+from exporter.daemon.poll import Daemon
+from exporter.daemon.snapshot import Snapshot
 from exporter.sources.nvml import GpuReading, NvmlSnapshot
 from tests.conftest import ENGINE_FIXTURES, TESTS
 from tests.daemon.pages import page_server

@@ -14,11 +14,11 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collector import SnapshotCollector
 from exporter.config import BasicAuth, Config, KubernetesDiscovery, SloConfig, Target
-from exporter.daemon import Daemon
+from exporter.daemon.collector import SnapshotCollector
+from exporter.daemon.poll import Daemon
+from exporter.daemon.views import state_dict
 from exporter.sources.nvml import GpuProcess, GpuReading, NvmlSnapshot
-from exporter.views import state_dict
 from tests.conftest import ENGINE_FIXTURES, TESTS
 from tests.daemon.pages import page_server
 from tests.support.kubernetes_api import NODE, FakeApiServer, pod, pod_list
@@ -405,16 +405,16 @@ def test_the_model_the_engine_serves_is_no_warning():
 
 
 def test_a_surprise_in_one_targets_read_is_that_targets_failure(monkeypatch):
-    import exporter.daemon
+    import exporter.daemon.poll
 
-    real = exporter.daemon.read_page
+    real = exporter.daemon.poll.read_page
 
     def read_page(text, engine="auto", limits=None):
         if "tiny-llama" in text:
             raise RuntimeError("adapter bug")
         return real(text, engine, limits) if limits is not None else real(text, engine)
 
-    monkeypatch.setattr(exporter.daemon, "read_page", read_page)
+    monkeypatch.setattr(exporter.daemon.poll, "read_page", read_page)
     snapshot, _, _ = _poll({"bad": PEAK, "good": "/page/sglang-docs-sample.prom"})
     states = _by_name(snapshot)
     assert states["good"].up

@@ -2,7 +2,7 @@
 the status page all show."""
 
 from exporter.config import Target
-from exporter.snapshot import Snapshot, TargetState, process_owner
+from exporter.daemon.snapshot import Snapshot, TargetState, process_owner
 
 
 def _state(name: str, gpus: tuple[str, ...], configured: tuple[str, ...] | None) -> TargetState:

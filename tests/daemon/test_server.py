@@ -13,10 +13,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import server
 from exporter.config import Config, ConfigError, SloConfig, Target
-from exporter.daemon import Daemon
-from exporter.server import DAEMON, build_app
+from exporter.daemon import server
+from exporter.daemon.poll import Daemon
+from exporter.daemon.server import DAEMON, build_app
 from tests.conftest import TESTS
 from tests.daemon.pages import page_server
 

@@ -11,7 +11,8 @@ import yaml
 from kubernetes_validate import validate
 
 from exporter.config import AutoscalingConfig, Config, ConfigError, ScaledWorkload, parse_config
-from exporter.generate import autoscaling, rules, stale
+from exporter.generate import autoscaling, rules
+from exporter.generate.command import stale
 from tests.generate.conftest import promtool_rule_tests
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,8 +3,8 @@
 import os
 import stat
 
-from exporter import generate
 from exporter.cli import main
+from exporter.generate import command as generate
 from tests.conftest import TESTS
 
 EXAMPLE = TESTS.parent / "deploy" / "plimsoll.example.yaml"

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.collector import SnapshotCollector
 from exporter.config import Config, SloConfig, load_config
+from exporter.daemon.collector import SnapshotCollector
+from exporter.daemon.snapshot import Snapshot
 from exporter.generate import dashboards, rules
 from exporter.generate.rules import saturation_gate_ratio
-from exporter.snapshot import Snapshot
 from exporter.sources.nvml import NvmlSnapshot
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from exporter.config import AutoscalingConfig, Config, ConfigError, ScaledWorkload
-from exporter.generate import artifacts, autoscaling, rules
+from exporter.generate import autoscaling, rules
+from exporter.generate.command import artifacts
 from tests.generate.conftest import promtool_rule_tests
 
 # Valid, and hostile to every syntax it passes through: YAML (": ", "#", "&", "*", "[", "'"), PromQL strings (a quote

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from exporter.config import parse_config
-from exporter.generate import monitors, stale
+from exporter.generate import monitors
+from exporter.generate.command import stale
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"

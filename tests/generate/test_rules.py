@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from exporter.config import AutoscalingConfig, Config, ScaledWorkload, SloConfig, load_config
-from exporter.generate import rules, stale
-from exporter.slo import burn_rate_factors
-from exporter.units import parse_duration
+from exporter.core.slo import burn_rate_factors
+from exporter.core.units import parse_duration
+from exporter.generate import rules
+from exporter.generate.command import stale
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_CONFIG = ROOT / "deploy" / "plimsoll.example.yaml"

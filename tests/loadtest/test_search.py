@@ -10,7 +10,7 @@ import pytest
 from exporter.loadtest.judge import StepSummary, summarize
 from exporter.loadtest.measure import SloSpec, StepRun
 from exporter.loadtest.search import Search, find_knee
-from tests.loadtest.simulated import (
+from tests.support.simulated_engine import (
     SimulatedEngine,
     SimulatedWorkload,
     brute_force_knee,

@@ -5,7 +5,7 @@ import pytest
 from exporter.loadtest.judge import SequentialTest, summarize
 from exporter.loadtest.measure import SloSpec
 from exporter.loadtest.sketch import RELATIVE_ACCURACY
-from tests.loadtest.simulated import SimulatedEngine, SimulatedWorkload, simulated_step
+from tests.support.simulated_engine import SimulatedEngine, SimulatedWorkload, simulated_step
 
 FIXED = SimulatedWorkload(prompt_tokens=64, output_tokens=32)
 

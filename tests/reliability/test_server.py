@@ -35,10 +35,10 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from exporter import server
 from exporter.config import Config
-from exporter.daemon import Daemon
-from exporter.server import build_app
+from exporter.daemon import server
+from exporter.daemon.poll import Daemon
+from exporter.daemon.server import build_app
 from tests.conftest import ENGINE_FIXTURES, TESTS
 from tests.generate import conftest as generate_conftest
 from tests.support.daemon_process import DaemonProcess, app_in_thread, running_daemon

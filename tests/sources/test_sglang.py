@@ -1,7 +1,9 @@
 """SGLang pages: the docs sample, and pages built here for tensor- and data-parallel ranks."""
 
+import json
 import math
 
+from exporter.cli import main
 from exporter.sources.engines.sglang import ADAPTER
 from exporter.sources.promtext import parse
 
@@ -74,6 +76,37 @@ def test_old_time_per_output_token_histogram_stands_in_for_itl():
     )
     [reading] = ADAPTER.read(parse(page))
     assert reading.itl_seconds is not None and reading.itl_seconds.buckets == ((0.01, 2.0), (math.inf, 5.0))
+
+
+# SGLang before its first request: prometheus_client prints HELP and TYPE for every family but samples only for
+# the gauges set at startup (the capacity "constants"); names from python/sglang/srt/metrics/collector.py.
+FIRST_LABELS = 'engine_type="unified",model_name="Qwen/Qwen3-8B",pp_rank="0",tp_rank="0"'
+FIRST_PAGE = (
+    "# HELP sglang:num_running_reqs The number of running requests.\n"
+    "# TYPE sglang:num_running_reqs gauge\n"
+    "# HELP sglang:token_usage The token usage.\n"
+    "# TYPE sglang:token_usage gauge\n"
+    "# HELP sglang:max_total_num_tokens Maximum total number of tokens in the KV cache pool.\n"
+    "# TYPE sglang:max_total_num_tokens gauge\n"
+    f"sglang:max_total_num_tokens{{{FIRST_LABELS}}} 412264.0\n"
+    "# HELP sglang:page_size The page size.\n"
+    "# TYPE sglang:page_size gauge\n"
+    f"sglang:page_size{{{FIRST_LABELS}}} 1.0\n"
+)
+
+
+def test_the_first_page_before_any_request_yields_the_capacity():
+    [reading] = ADAPTER.read(parse(FIRST_PAGE))
+    assert (reading.model, reading.kv_cache_capacity_tokens, reading.kv_block_size) == ("Qwen/Qwen3-8B", 412264, 1)
+    assert reading.requests_running is None  # not yet exported, so unknown rather than 0
+
+
+def test_probe_prints_the_capacity_of_the_first_page(tmp_path, capsys):
+    page = tmp_path / "sglang-first.prom"
+    page.write_text(FIRST_PAGE)
+    assert main(["probe", str(page), "--format", "json"]) == 0
+    [reading] = json.loads(capsys.readouterr().out)["readings"]
+    assert (reading["engine"], reading["kv_cache_capacity_tokens"]) == ("sglang", 412264)
 
 
 def test_detects_its_page(engine_page):

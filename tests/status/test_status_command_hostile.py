@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from exporter.status_client import (
+from exporter.status.client import (
     INSTANCE_VALUES,
     MAX_CELL_CHARS,
     MAX_HISTORY_POINTS,

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from exporter import status_format
-from exporter.status_format import Cell
+from exporter.core import status_format
+from exporter.core.status_format import Cell
 
 
 @pytest.mark.parametrize(

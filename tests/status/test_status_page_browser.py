@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from selenium.webdriver.support.ui import WebDriverWait
 
-from exporter import status_format
+from exporter.core import status_format
 from tests.status.conftest import Fleet
 from tests.support.browser import chromium_or_skip, fetched
 from tests.support.prometheus import http

@@ -12,8 +12,8 @@ from aiohttp import web
 from selenium.webdriver.support.ui import WebDriverWait
 
 from exporter.config import Target
-from exporter.snapshot import Snapshot, TargetState
-from exporter.views import status_page
+from exporter.daemon.snapshot import Snapshot, TargetState
+from exporter.daemon.views import status_page
 from tests.support.browser import chromium_or_skip
 from tests.support.daemon_process import app_in_thread
 

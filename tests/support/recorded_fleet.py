@@ -41,8 +41,8 @@ from aiohttp import web
 
 from exporter.capacity.deployment import Deployment
 from exporter.config import Config, Target
-from exporter.daemon import Daemon
-from exporter.server import build_app
+from exporter.daemon.poll import Daemon
+from exporter.daemon.server import build_app
 from exporter.sources.nvml import GpuProcess, GpuReading, NvmlSnapshot
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,6 +10,8 @@ variable applies to them.
 from grafanalib import core as g
 
 from exporter.config import Config
+from exporter.core.slo import burn_rate_factors
+from exporter.core.units import duration
 from exporter.generate.dashboards.expressions import burn
 from exporter.generate.dashboards.panels import (
     DATASOURCE,
@@ -46,10 +48,8 @@ from exporter.generate.rules import (
     HOURLY_COST_RUNNING_RECORD,
     NEEDED_RECORD,
     RUNNING_RECORD,
-    duration,
     saturation_gate_ratio,
 )
-from exporter.slo import burn_rate_factors
 
 P95_HEADROOM = f'plimsoll_headroom_requests{{{ENGINE}, footprint="p95"}}'
 

@@ -9,6 +9,7 @@ The daemon exports SLI counters, not latency histograms, so the latency quantile
 from grafanalib import core as g
 
 from exporter.config import Config, SloConfig
+from exporter.core.units import duration
 from exporter.generate.dashboards.expressions import modeled_parts, modeled_total, sli
 from exporter.generate.dashboards.panels import (
     DATASOURCE,
@@ -34,7 +35,7 @@ from exporter.generate.dashboards.panels import (
     usage_thresholds,
 )
 from exporter.generate.dashboards.schema import Gauge
-from exporter.generate.rules import duration, saturation_horizon_seconds
+from exporter.generate.rules import saturation_horizon_seconds
 
 ENGINE_HISTOGRAM_PANEL = "Latency at the objective's quantile, from vLLM's own histograms"
 # vLLM's histogram for each SLI (v0.11+ names; `vllm:time_per_output_token_seconds` before ITL got its own).

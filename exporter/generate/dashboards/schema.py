@@ -46,7 +46,7 @@ def _reduce_options(panel: g.GaugePanel | g.BarGauge) -> dict[str, Any]:
 
 class Gauge(g.GaugePanel):
     def to_json_data(self) -> dict[str, Any]:
-        return self.panel_json(
+        data: dict[str, Any] = self.panel_json(
             {
                 "fieldConfig": _gauge_field_config(self),
                 "options": {
@@ -58,11 +58,12 @@ class Gauge(g.GaugePanel):
                 "type": g.GAUGE_TYPE,
             }
         )
+        return data
 
 
 class BarGauge(g.BarGauge):
     def to_json_data(self) -> dict[str, Any]:
-        return self.panel_json(
+        data: dict[str, Any] = self.panel_json(
             {
                 "fieldConfig": _gauge_field_config(self, color={"mode": "thresholds"}),
                 "options": {
@@ -75,11 +76,12 @@ class BarGauge(g.BarGauge):
                 "type": g.BARGAUGE_TYPE,
             }
         )
+        return data
 
 
 class Table(g.Table):
     def to_json_data(self) -> dict[str, Any]:
-        return self.panel_json(
+        data: dict[str, Any] = self.panel_json(
             {
                 "fieldConfig": {
                     "defaults": {
@@ -97,3 +99,4 @@ class Table(g.Table):
                 "type": g.TABLE_TYPE,
             }
         )
+        return data

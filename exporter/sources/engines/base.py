@@ -5,9 +5,10 @@ it carries a value outside the field's domain, whose reason is kept in `invalid`
 are the engine's cumulative values as scraped (resets are handled downstream, where history lives).
 """
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Protocol
+from typing import Any, Protocol
 
 from exporter.sources.promtext import ParsedPage
 
@@ -69,6 +70,36 @@ class EngineReading:
 NORMALISED_FIELDS = tuple(
     f.name for f in fields(EngineReading) if f.name not in ("engine", "instance", "model", "engine_config", "invalid")
 )
+
+
+def json_number(value: float | None) -> float | str | None:
+    """JSON has no infinity: +Inf travels as the string "+Inf", NaN as null."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, float) and math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return value
+
+
+def reading_dict(reading: EngineReading) -> dict[str, Any]:
+    """The reading as JSON: an instance of /api/v1/state and `plimsoll probe --format json`."""
+    return {
+        "engine": reading.engine,
+        "dp_rank": reading.instance,
+        "model": reading.model,
+        "kv_cache_usage_ratio": json_number(reading.kv_cache_usage_ratio),
+        "kv_cache_capacity_tokens": reading.kv_cache_capacity_tokens,
+        "kv_block_size": reading.kv_block_size,
+        "requests_running": json_number(reading.requests_running),
+        "requests_waiting": json_number(reading.requests_waiting),
+        "preemptions_total": json_number(reading.preemptions_total),
+        "prompt_tokens_total": json_number(reading.prompt_tokens_total),
+        "generation_tokens_total": json_number(reading.generation_tokens_total),
+        # A field the page carried with a value outside its domain, and why; and the fields the engine does not
+        # report at all: null above means one or the other.
+        "invalid": dict(reading.invalid),
+        "absent": list(reading.absent_fields()),
+    }
 
 
 @dataclass(frozen=True)

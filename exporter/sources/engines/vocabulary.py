@@ -77,13 +77,18 @@ class Vocabulary:
         """The instances on the page, told apart by the load and KV gauges. A page without any of them (an older
         build, metrics partly off) is told apart by its counters and histograms instead, so that what it carries is
         still read. Not by both: server-wide series (SGLang's tokenizer-side counters under DP attention carry no
-        dp_rank) would make an extra instance beside the ranks."""
+        dp_rank) would make an extra instance beside the ranks. A page with neither is told apart by the names
+        `refine` reads: SGLang's page before its first request holds only its capacity gauges
+        (sglang:max_total_num_tokens), and that capacity is worth reading."""
         gauges = self.running + self.waiting + self.kv_usage
         counters = self.preemptions + self.prompt_tokens + self.generation_tokens + self.requests_finished
         histograms = self.ttft + self.itl + self.e2e + self.request_prompt_tokens + self.request_generation_tokens
         others = counters + tuple(family + suffix for family in histograms for suffix in ("_count", "_bucket"))
-        found = groups(page, gauges, self.instance_label, self.model_label)
-        return found or groups(page, others, self.instance_label, self.model_label)
+        for names in (gauges, others, self.extra):
+            found = groups(page, names, self.instance_label, self.model_label)
+            if found:
+                return found
+        return []
 
     def read(self, page: ParsedPage, max_instances: int = PageLimits.max_instances) -> list[EngineReading]:
         if self.breakdown_labels:

@@ -9,41 +9,12 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-from exporter import status_format
-from exporter.snapshot import InstanceState, Snapshot, TargetState, process_owner
-from exporter.sources.engines.base import EngineReading
+from exporter.core import status_format
+from exporter.daemon.snapshot import InstanceState, Snapshot, TargetState, process_owner
+from exporter.sources.engines.base import EngineReading, json_number, reading_dict
 
 ENGINE_SILENT = "engine does not report it"
 STATUS_TEMPLATE = (resources.files("exporter") / "data" / "status.html").read_text(encoding="utf-8")
-
-
-def _number(value: float | None) -> float | str | None:
-    """JSON has no infinity: +Inf travels as the string "+Inf", NaN as null."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, float) and math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return value
-
-
-def reading_dict(reading: EngineReading) -> dict[str, Any]:
-    return {
-        "engine": reading.engine,
-        "dp_rank": reading.instance,
-        "model": reading.model,
-        "kv_cache_usage_ratio": _number(reading.kv_cache_usage_ratio),
-        "kv_cache_capacity_tokens": reading.kv_cache_capacity_tokens,
-        "kv_block_size": reading.kv_block_size,
-        "requests_running": _number(reading.requests_running),
-        "requests_waiting": _number(reading.requests_waiting),
-        "preemptions_total": _number(reading.preemptions_total),
-        "prompt_tokens_total": _number(reading.prompt_tokens_total),
-        "generation_tokens_total": _number(reading.generation_tokens_total),
-        # A field the page carried with a value outside its domain, and why; and the fields the engine does not
-        # report at all: null above means one or the other.
-        "invalid": dict(reading.invalid),
-        "absent": list(reading.absent_fields()),
-    }
 
 
 def _raw_reason(reading: EngineReading, field: str) -> str | None:
@@ -91,14 +62,14 @@ def _instance_dict(state: TargetState, instance: InstanceState) -> dict[str, Any
     room, plan = instance.headroom, instance.model_plan
     return {
         **reading_dict(instance.reading),
-        "kv_cache_headroom_tokens": _number(room.kv_cache_headroom_tokens),
-        "headroom_requests_mean": _number(room.headroom_requests_mean),
-        "headroom_requests_p95": _number(room.headroom_requests_p95),
-        "request_footprint_mean_tokens": _number(room.footprint_mean_tokens),
-        "request_footprint_p95_tokens": _number(room.footprint_p95_tokens),
-        "saturation_eta_seconds": _number(instance.saturation_eta_seconds),
+        "kv_cache_headroom_tokens": json_number(room.kv_cache_headroom_tokens),
+        "headroom_requests_mean": json_number(room.headroom_requests_mean),
+        "headroom_requests_p95": json_number(room.headroom_requests_p95),
+        "request_footprint_mean_tokens": json_number(room.footprint_mean_tokens),
+        "request_footprint_p95_tokens": json_number(room.footprint_p95_tokens),
+        "saturation_eta_seconds": json_number(instance.saturation_eta_seconds),
         "model_kv_cache_capacity_tokens": plan.pool.tokens if plan else None,
-        "model_capacity_error_ratio": _number(instance.model_capacity_error_ratio),
+        "model_capacity_error_ratio": json_number(instance.model_capacity_error_ratio),
         "slos": {s.slo.name: {"total": s.counter.total, "good": s.counter.good} for s in instance.slos},
         # Rounded for the sparkline (ms, 0.01%): the full floats would double the document's size.
         "kv_usage_history": [[round(p.t, 3), round(p.value, 4)] for p in instance.kv_usage_history],
@@ -144,7 +115,7 @@ def state_dict(snapshot: Snapshot) -> dict[str, Any]:
                     "used_bytes": g.used_bytes,
                     "reserved_bytes": g.reserved_bytes,
                     "free_bytes": g.free_bytes,
-                    "unexplained_bytes": _number(snapshot.vram_unexplained_bytes.get(g.index)),
+                    "unexplained_bytes": json_number(snapshot.vram_unexplained_bytes.get(g.index)),
                     "processes": [
                         {
                             "pid": p.pid,

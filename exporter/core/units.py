@@ -96,6 +96,25 @@ def parse_duration(text: object) -> float:
     return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
 
 
+_FORMATTED_UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001))
+
+
+def duration(seconds: float) -> str:
+    """A Prometheus duration: "5m", "1d", "2m30s", "500ms"."""
+    if seconds <= 0:
+        raise ValueError(f"duration {seconds!r} is not positive")
+    milliseconds = round(seconds * 1000)
+    parts = []
+    for unit, size in _FORMATTED_UNITS:
+        size_ms = round(size * 1000)
+        if milliseconds >= size_ms:
+            count, milliseconds = divmod(milliseconds, size_ms)
+            parts.append(f"{count}{unit}")
+    if not parts:
+        raise ValueError(f"duration {seconds!r} is shorter than a millisecond")
+    return "".join(parts)
+
+
 def format_gib(num_bytes: float) -> str:
     """ "12.34 GiB": the unit people compare with nvidia-smi and vLLM's logs."""
     return f"{num_bytes / GIB:.2f} GiB"

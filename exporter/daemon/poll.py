@@ -34,19 +34,19 @@ from exporter.config import (
     read_config_text,
     scan_targets,
 )
+from exporter.core.headroom import capacity_error_ratio, headroom
+from exporter.core.slo import SloCounter, advance
+from exporter.core.trend import History, Point, eta_seconds
 from exporter.cost import GpuHourPrices, gpus_hourly_cost, unpriced_gpus
-from exporter.headroom import capacity_error_ratio, headroom
-from exporter.slo import SloCounter, advance
-from exporter.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetState
-from exporter.sources.engines import PageLimits, read_page
-from exporter.sources.engines.base import EngineReading, Histogram
+from exporter.daemon.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetState
+from exporter.sources.engines import read_page
+from exporter.sources.engines.base import EngineReading, Histogram, PageLimits
 from exporter.sources.engines.llamacpp import capacity_from_slots
 from exporter.sources.http import CredentialsError, credential_headers, fetch
 from exporter.sources.kubernetes import PodDiscovery
 from exporter.sources.nvml import GpuReading, NvmlReader, NvmlSnapshot
 from exporter.sources.processes import Attributor
 from exporter.target_model import TargetCatalog, model_plan, resolve
-from exporter.trend import History, Point, eta_seconds
 
 log = logging.getLogger("plimsoll.daemon")
 

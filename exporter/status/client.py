@@ -1,5 +1,5 @@
 """What `plimsoll status` does once its flags are parsed: read a daemon's /api/v1/state and print the status
-page's rows (exporter/status_format.py gives both the same words), once or refreshed in place.
+page's rows (exporter/core/status_format.py gives both the same words), once or refreshed in place.
 
 Exit 0 with a state, 1 when the daemon cannot be read (down, not Plimsoll, refused credentials: one line on stderr);
 a bad flag is a ValueError, which the CLI turns into exit 2.
@@ -26,10 +26,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from exporter import status_format
+from exporter.core import status_format
 from exporter.display import plain, shown
 from exporter.sources import http
-from exporter.status_defaults import DEFAULT_URL, PASSWORD_ENV
+from exporter.status.defaults import DEFAULT_URL, PASSWORD_ENV
 
 STATE_PATH = "/api/v1/state"
 # A daemon's state is a few kilobytes an engine instance (under 3 MB for MAX_ROWS of them): past this, not one.
@@ -126,7 +126,8 @@ def _id(mapping: Any, key: str, what: str, where: str) -> None:
 
 
 def _list(mapping: Any, key: str, where: str) -> list[Any]:
-    return _field(mapping, key, (list,), "a list", where)
+    found: list[Any] = _field(mapping, key, (list,), "a list", where)
+    return found
 
 
 def _rows(rows: int) -> int:

@@ -1,19 +1,19 @@
-"""`plimsoll status [URL]`: its flags. The work is in exporter/status_client.py, loaded only when the command
+"""`plimsoll status [URL]`: its flags. The work is in exporter/status/client.py, loaded only when the command
 runs (rich, aiohttp and the daemon's fetch cost every other command nothing)."""
 
 import argparse
 
-from exporter.cli_args import Formatter, duration_arg
-from exporter.status_defaults import DEFAULT_URL, PASSWORD_ENV
+from exporter.cli_args import Formatter, Subcommands, duration_arg
+from exporter.status.defaults import DEFAULT_URL, PASSWORD_ENV
 
 
 def _status(args: argparse.Namespace) -> int:
-    from exporter.status_client import run_status
+    from exporter.status.client import run_status
 
     return run_status(args)
 
 
-def add_status(commands: argparse._SubParsersAction) -> None:
+def add_status(commands: Subcommands) -> None:
     p = commands.add_parser(
         "status",
         help="a running daemon's status page in the terminal",

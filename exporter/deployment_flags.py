@@ -14,16 +14,16 @@ from typing import Any, NoReturn
 from exporter import display
 from exporter.capacity import quantization
 from exporter.capacity.architecture import MAX_POSITIONS
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.plan import (
     MAX_GPU_MEMORY_BYTES,
     MAX_GPU_TIB,
     MAX_PARALLEL,
     MAX_SEQUENCES,
-    Deployment,
     PlanError,
 )
-from exporter.catalog import find_gpu
+from exporter.catalog import CatalogError, find_gpu
 from exporter.cli_args import (
     context_length_arg,
     engine_int,
@@ -69,6 +69,16 @@ _gpu_memory_arg = at_most(gpu_memory_arg, MAX_GPU_MEMORY_BYTES, f"1 GiB to {MAX_
 _pool_size_arg = at_most(memory_size_arg, MAX_GPU_MEMORY_BYTES, f"up to {MAX_GPU_TIB} TiB, one GPU's memory at most")
 
 
+def _layer_partition_arg(text: str) -> tuple[int, ...]:
+    parts = text.split(",")
+    if len(parts) > MAX_PARALLEL:
+        raise argparse.ArgumentTypeError(f"at most {MAX_PARALLEL} stages")
+    try:
+        return tuple(positive_int(part.strip()) for part in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{display.shown(text)}: expected layer counts such as 24,24,23,23") from None
+
+
 def _deployment_arguments(p: argparse._ActionsContainer) -> None:
     def add(flag: str, **kwargs: Any) -> None:
         p.add_argument(flag, *_ALIASES.get(flag, ()), **kwargs)
@@ -76,6 +86,11 @@ def _deployment_arguments(p: argparse._ActionsContainer) -> None:
     add("--gpu-memory", type=_gpu_memory_arg, help="GPU memory instead of, or for, a preset (80GiB, 79.19GiB, 80Gi)")
     add("--tp", type=_parallel_arg, help="tensor-parallel size (default 1)")
     add("--pp", type=_parallel_arg, help="pipeline-parallel size (default 1)")
+    add(
+        "--pp-layer-partition",
+        type=_layer_partition_arg,
+        help="layers per pipeline stage, e.g. 24,24,23,23: vLLM's VLLM_PP_LAYER_PARTITION (default: vLLM's split)",
+    )
     add("--dp", type=_parallel_arg, help="data-parallel size: engines per replica (default 1)")
     add("--enable-expert-parallel", action="store_true", help="MoE experts split over DP x TP GPUs")
     add("--ep-size", type=_parallel_arg, help="SGLang's expert-parallel size: above 1, as --enable-expert-parallel")
@@ -207,14 +222,33 @@ DEFAULT_GPU = "H100-80GB"
 
 
 def gpu_for(args: argparse.Namespace) -> GpuSpec:
-    """--gpu's preset, with --gpu-memory's total where given; --gpu-memory alone is a GPU known by its memory."""
-    if args.gpu is None and args.gpu_memory is not None:
+    """--gpu's preset, with --gpu-memory's total where given; --gpu-memory alone, or beside a name no preset has
+    (a card newer than the list), is a GPU known by its memory."""
+    if args.gpu_memory is not None and args.gpu in (None, "any"):
         return GpuSpec(name=f"{args.gpu_memory / 1024**3:.2f}GiB GPU", memory_bytes=args.gpu_memory)
-    preset = find_gpu(args.gpu or DEFAULT_GPU)
+    try:
+        preset = find_gpu(args.gpu or DEFAULT_GPU)
+    except CatalogError as error:
+        if args.gpu_memory is None:
+            raise CatalogError(
+                f"{error} For a GPU not in the list, give its memory with --gpu-memory beside --gpu "
+                "(e.g. 95.0GiB, the total torch.cuda.mem_get_info reports)."
+            ) from None
+        return GpuSpec(name=_gpu_name(args.gpu), memory_bytes=args.gpu_memory, evidence="--gpu-memory")
     if args.gpu_memory is None:
         return preset
     # The name and what it implies (vLLM's smaller A100 defaults) stay; only the total changes.
     return replace(preset, memory_bytes=args.gpu_memory, evidence="--gpu-memory")
+
+
+# Longer than any name nvidia-smi prints; the name is printed in every answer, so a pasted log line is refused.
+MAX_GPU_NAME = 80
+
+
+def _gpu_name(name: str) -> str:
+    if len(name) > MAX_GPU_NAME or not name.isprintable():
+        raise PlanError(f"--gpu: a GPU name is at most {MAX_GPU_NAME} printable characters")
+    return name
 
 
 def _or(value: Any, default: Any) -> Any:
@@ -226,7 +260,7 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
     return Deployment(
         engine=_or(args.engine, _DEFAULT_ENGINE),
         tensor_parallel=_or(args.tp, 1),
-        pipeline_parallel=_or(args.pp, 1),
+        pipeline_parallel=_or(args.pp, len(args.pp_layer_partition) if args.pp_layer_partition else 1),
         data_parallel=_or(args.dp, 1),
         expert_parallel=args.enable_expert_parallel or _or(args.ep_size, 1) > 1,
         gpu_memory_utilization=args.gpu_memory_utilization,
@@ -240,4 +274,5 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
         enforce_eager=args.enforce_eager,
         quantization=quantization.from_flag(args.quantization) if args.quantization else None,
         vllm_version=args.vllm_version,
+        pp_layer_partition=args.pp_layer_partition,
     )

@@ -4,7 +4,7 @@ cost whoever connects.
 The poll loop is a background task owned by the app's cleanup_ctx: started when the app starts, cancelled and
 awaited when it stops, so SIGTERM drains cleanly. Every page is rendered once per snapshot and served as bytes; a
 cap on requests in flight answers 503 past it; a client must send its request headers within
-request_header_timeout; TLS and basic auth come from an exporter-toolkit web config (exporter/web_config.py).
+request_header_timeout; TLS and basic auth come from an exporter-toolkit web config (exporter/daemon/web_config.py).
 SIGHUP rebuilds the config and re-reads the web config in a worker thread and hands them to the daemon and the port.
 """
 
@@ -28,13 +28,13 @@ from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from exporter.collector import SnapshotCollector
 from exporter.config import Config, ConfigError, restart_required
-from exporter.daemon import Daemon
-from exporter.snapshot import Snapshot
+from exporter.daemon.collector import SnapshotCollector
+from exporter.daemon.poll import Daemon
+from exporter.daemon.snapshot import Snapshot
+from exporter.daemon.views import state_dict, status_page
+from exporter.daemon.web_config import BasicAuth, WebConfig, load_web_config
 from exporter.sources.nvml import NvmlReader
-from exporter.views import state_dict, status_page
-from exporter.web_config import BasicAuth, WebConfig, load_web_config
 
 log = logging.getLogger("plimsoll.server")
 

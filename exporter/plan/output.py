@@ -4,8 +4,8 @@ from exporter.capacity.candidates import GPUS_PER_NODE
 from exporter.capacity.fleet import FleetOption
 from exporter.capacity.plan import CapacityPlan
 from exporter.capacity.uncertainty import kv_cache_tokens_range
+from exporter.core.units import GIB
 from exporter.display import shown
-from exporter.units import GIB
 
 
 def _gib(num_bytes: int) -> str:
@@ -51,7 +51,7 @@ def plan_table(result: CapacityPlan) -> str:
     if high > 0:  # a pool that cannot hold a block even at the high end has no range worth reading
         tail.append(
             f"  likely {low:,} to {high:,} KV tokens per engine: how far each estimated term missed in real vLLM "
-            'logs (README "Model accuracy")'
+            "logs (docs/plan.md)"
         )
     tail += [f"  - {s}" for s in result.suggestions]
     return "\n".join(head + rows + tail)

@@ -5,11 +5,11 @@ from dataclasses import dataclass, field
 
 from exporter.capacity.plan import CapacityPlan
 from exporter.config import SloConfig, Target
-from exporter.headroom import Headroom
-from exporter.slo import SloCounter
+from exporter.core.headroom import Headroom
+from exporter.core.slo import SloCounter
+from exporter.core.trend import Point
 from exporter.sources.engines.base import EngineReading
 from exporter.sources.nvml import NvmlSnapshot
-from exporter.trend import Point
 
 # Why a poll of a target failed: the label values of plimsoll_target_poll_failures_total.
 FAILURE_REASONS = (

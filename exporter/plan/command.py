@@ -8,19 +8,19 @@ from exporter.capacity.fleet import plan_fleet
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.plan import PlanError, check_inputs, plan
 from exporter.catalog import gpu_presets, load_model, model_presets
-from exporter.cli_args import Formatter, positive_int
+from exporter.cli_args import Formatter, Subcommands, positive_int
 from exporter.config import load_config
 from exporter.config.pricing import validate_gpu_hour_prices
 from exporter.cost import GpuHourPrices, gpu_hour_price
-from exporter.plan_flags import add_deployment_flags, at_most, deployment_from_args, gpu_for, tokens_arg
-from exporter.plan_output import fleet_table, plan_table
+from exporter.deployment_flags import add_deployment_flags, at_most, deployment_from_args, gpu_for, tokens_arg
+from exporter.plan.output import fleet_table, plan_table
 
 # Requests in flight across the whole fleet: far past any real service's (a few thousand per replica), so that a
 # slip is refused with the range rather than answered with billions of GPUs.
 MAX_CONCURRENCY = 10_000_000
 
 
-def add_plan(commands: argparse._SubParsersAction) -> None:
+def add_plan(commands: Subcommands) -> None:
     p = commands.add_parser(
         "plan",
         help="the capacity model as a calculator: what fits, how many GPUs, and why",
@@ -117,8 +117,9 @@ def run_plan(args: argparse.Namespace) -> int:
             print(f"{preset.id:<32} {preset.hf_id}")
         return 0
     if args.list_gpus:
+        width = max(len(gpu.name) for gpu in gpu_presets())
         for gpu in gpu_presets():
-            print(f"{gpu.name:<12} {gpu.memory_bytes / 1024**3:8.2f} GiB  {', '.join(gpu.aliases)}")
+            print(f"{gpu.name:<{width}} {gpu.memory_bytes / 1024**3:8.2f} GiB  {', '.join(gpu.aliases)}")
         return 0
     if not args.model:
         raise PlanError("--model is required (a preset name, or a path to a config.json)")

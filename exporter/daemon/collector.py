@@ -13,8 +13,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from exporter import __version__
+from exporter.daemon.snapshot import FAILURE_REASONS, InstanceState, Snapshot, TargetState, process_owner
 from exporter.metrics_list import BY_NAME
-from exporter.snapshot import FAILURE_REASONS, InstanceState, Snapshot, TargetState, process_owner
 from exporter.sources.nvml import GpuReading
 
 
