@@ -11,32 +11,20 @@ in all, and every process it starts is stopped when it returns: the test checks 
 Skips only where the Prometheus tools cannot be had (the prometheus_tools fixture) or vLLM cannot be installed.
 """
 
-import importlib.util
 import socket
-import sys
 from pathlib import Path
-from types import ModuleType
 from urllib.parse import urlsplit
 
 import pytest
 
+from deploy.local import demo
 from tests.generate import conftest as generate_conftest
 from tests.support.vllm_cpu import REPO_ROOT, VllmServer
 
 pytestmark = pytest.mark.integration
 prometheus_tools = generate_conftest.prometheus_tools
 
-DEMO = REPO_ROOT / "deploy" / "local" / "demo.py"
 MODEL_DIR = REPO_ROOT / ".cache" / "tiny-llama"  # what the vllm_server fixture serves
-
-
-def _demo_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("plimsoll_demo", DEMO)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve the module's annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
 def _listening(url: str) -> bool:
@@ -48,7 +36,6 @@ def _listening(url: str) -> bool:
 
 @pytest.fixture(scope="module")
 def summary(vllm_server: VllmServer, prometheus_tools: dict[str, str], tmp_path_factory: pytest.TempPathFactory):
-    demo = _demo_module()
     return demo.run_loop(vllm_server, MODEL_DIR, Path(tmp_path_factory.mktemp("demo")))
 
 
