@@ -404,32 +404,23 @@ class _Step:
             await asyncio.wait_for(self.stopped.wait(), seconds)
 
 
-async def run_step(
-    settings: RunSettings,
-    concurrency: int,
-    run: Run,
-    *,
-    offered_rate: float | None = None,
-    warmup_seconds: float | None = None,
-    stop_early: StopEarly | None = None,
-    keep_going: KeepGoing | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> StepRun:
-    """Hold `concurrency` requests in flight for the warm-up and the step (closed loop), or with `offered_rate`,
-    send requests at that rate with at most `concurrency` in flight (open loop); see the module's docstring. In a
-    closed loop worker i sends its first request i/N of the way through the first half of the warm-up, so the
-    engine is not handed one burst of prefills that all finish together."""
-    warmup = settings.warmup_seconds if warmup_seconds is None else warmup_seconds
-    started = clock()
-    step = _Step(measured_from=started + warmup)
-    endpoint = settings.endpoint_at()
-    stop_watch = asyncio.Event()
-    lags: list[float] = []
+class _Load:
+    """What sends one step's requests: closed-loop workers or open-loop arrivals, each request measured into the
+    step, and the ticker that times the load generator's own lag."""
 
-    async def exchange(key: int) -> tuple[RequestRecord, Failure | None]:
+    def __init__(
+        self, settings: RunSettings, run: Run, step: _Step, concurrency: int, clock: Callable[[], float]
+    ) -> None:
+        self.settings, self.run, self.step, self.concurrency, self.clock = settings, run, step, concurrency, clock
+        self.endpoint = settings.endpoint_at()
+        self.lags: list[float] = []
+        self.spawned: set[asyncio.Task[tuple[RequestRecord, Failure | None]]] = set()
+
+    async def exchange(self, key: int) -> tuple[RequestRecord, Failure | None]:
         """One request, from the run's stream, measured and recorded under `key` while in flight; also why it
         failed, in the server's words (its Retry-After)."""
-        request: WorkRequest = next(run.work)
+        step, clock = self.step, self.clock
+        request: WorkRequest = next(self.run.work)
         sent = clock()
         measured = sent >= step.measured_from
         if measured:
@@ -437,15 +428,15 @@ async def run_step(
         failure = None
         try:
             record, failure = await send(
-                run.session,
-                endpoint,
-                run.model,
+                self.run.session,
+                self.endpoint,
+                self.run.model,
                 request.prompt,
                 request.max_tokens,
-                settings.limits,
+                self.settings.limits,
                 sent_at=sent - step.measured_from,
-                ignore_eos=settings.ignore_eos,
-                allow_short=settings.allow_short_answers,
+                ignore_eos=self.settings.ignore_eos,
+                allow_short=self.settings.allow_short_answers,
                 itl_gaps=step.itl_gaps if measured else None,
                 clock=clock,
             )
@@ -460,19 +451,22 @@ async def run_step(
             step.last_done = max(step.last_done, done)
         return record, failure
 
-    async def worker(index: int) -> None:
-        await asyncio.sleep(warmup / 2 * index / concurrency)
-        while step.sending:
-            record, failure = await exchange(index)
+    async def worker(self, index: int, warmup: float) -> None:
+        """Closed loop: worker i sends its first request i/N of the way through the first half of the warm-up, so
+        the engine is not handed one burst of prefills that all finish together."""
+        await asyncio.sleep(warmup / 2 * index / self.concurrency)
+        while self.step.sending:
+            record, failure = await self.exchange(index)
             if record.error is not None and record.error.startswith(CLIENT_ERROR):
                 return  # the miss is counted; a client that failed once would fail the same way again
             if failure is not None and failure.retry_after_seconds:
-                await step.pause(failure.retry_after_seconds)  # the server asked to be left alone so long
+                await self.step.pause(failure.retry_after_seconds)  # the server asked to be left alone so long
 
-    async def arrivals(rate: float) -> None:
+    async def arrivals(self, rate: float) -> None:
         """Open loop: a request arrives every `gap` seconds, whatever the server's pace; at most `concurrency` are
         in flight, and an arrival past that is a miss (the server has fallen that far behind)."""
-        gaps = arrival_gaps(rate, settings.arrivals, run.arrival_seed)
+        step, clock = self.step, self.clock
+        gaps = arrival_gaps(rate, self.settings.arrivals, self.run.arrival_seed)
         due = clock()
         number = 0
         while step.sending:
@@ -480,25 +474,44 @@ async def run_step(
             if not step.sending:
                 return
             number += 1
-            if len(spawned) >= concurrency:
+            if len(self.spawned) >= self.concurrency:
                 if clock() >= step.measured_from:
                     step.records.append(
-                        _missed(clock() - step.measured_from, f"{OVER_THE_CAP} ({concurrency} in flight)")
+                        _missed(clock() - step.measured_from, f"{OVER_THE_CAP} ({self.concurrency} in flight)")
                     )
             else:
-                spawned.add(task := asyncio.create_task(exchange(-number)))
-                task.add_done_callback(spawned.discard)
+                self.spawned.add(task := asyncio.create_task(self.exchange(-number)))
+                task.add_done_callback(self.spawned.discard)
             due += next(gaps)
 
-    async def ticker() -> None:
+    async def ticker(self) -> None:
+        clock = self.clock
         expected = clock() + LAG_TICK_SECONDS
         while True:
             await asyncio.sleep(max(0.0, expected - clock()))
             now = clock()
-            if now >= step.measured_from:
-                lags.append(max(0.0, now - expected))
+            if now >= self.step.measured_from:
+                self.lags.append(max(0.0, now - expected))
             expected = max(expected + LAG_TICK_SECONDS, now)
 
+
+async def run_step(
+    settings: RunSettings,
+    concurrency: int,
+    run: Run,
+    *,
+    offered_rate: float | None = None,
+    warmup_seconds: float | None = None,
+    stop_early: StopEarly | None = None,
+    keep_going: KeepGoing | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> StepRun:
+    """Hold `concurrency` requests in flight for the warm-up and the step (closed loop), or with `offered_rate`,
+    send requests at that rate with at most `concurrency` in flight (open loop); see the module's docstring."""
+    warmup = settings.warmup_seconds if warmup_seconds is None else warmup_seconds
+    step = _Step(measured_from=clock() + warmup)
+    load = _Load(settings, run, step, concurrency, clock)
+    stop_watch = asyncio.Event()
     watcher = asyncio.create_task(
         watch(
             run.session,
@@ -509,12 +522,11 @@ async def run_step(
             headers=settings.metrics_headers,
         )
     )
-    lag = asyncio.create_task(ticker())
-    spawned: set[asyncio.Task[tuple[RequestRecord, Failure | None]]] = set()
+    lag = asyncio.create_task(load.ticker())
     if offered_rate is None:
-        workers = [asyncio.create_task(worker(index)) for index in range(concurrency)]
+        workers = [asyncio.create_task(load.worker(index, warmup)) for index in range(concurrency)]
     else:
-        workers = [asyncio.create_task(arrivals(offered_rate))]
+        workers = [asyncio.create_task(load.arrivals(offered_rate))]
     try:
         ended_early = await _control(settings, run, step, stop_early, keep_going, clock)
         step.stopped.set()
@@ -524,9 +536,9 @@ async def run_step(
             workers[0].cancel()  # the arrivals: it may be asleep until the next one is due
         if not run.interrupted.is_set() and clock() < run.deadline:
             # Each request has its own timeout, so this wait is bounded; Ctrl-C still cuts it short.
-            await _wait_or_interrupt([*workers, *spawned], run.interrupted)
+            await _wait_or_interrupt([*workers, *load.spawned], run.interrupted)
     finally:
-        pending = [*workers, *spawned, lag]
+        pending = [*workers, *load.spawned, lag]
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
@@ -540,7 +552,7 @@ async def run_step(
         itl_gaps=step.itl_gaps,
         engine=watched.samples,
         engine_error=watched.error,
-        client_lag_p99_seconds=_p99(lags),
+        client_lag_p99_seconds=_p99(load.lags),
         ended_early=ended_early,
         window_seconds=max(0.0, sending_stopped - step.measured_from),
         completed_in_window=completed,
