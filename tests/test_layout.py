@@ -21,6 +21,7 @@ COMMANDS = (
     "exporter.probe",
     "exporter.generate",
     "exporter.loadtest",
+    "exporter.autoscale",
 )
 ABOVE_THE_CORE = ("exporter.sources", *COMMANDS)
 

@@ -1,0 +1,118 @@
+"""The demand CSV `plimsoll autoscale replay --demand` reads: one row per sample, columns `time` (seconds, or an RFC
+3339 timestamp with its offset), `demand` (requests in flight, summed over the replicas), and optionally `queue_max`
+(the longest queue of any replica) and `queue_sum` (the queues summed over the replicas).
+
+Parsed from text (the command reads the file, at most MAX_DEMAND_BYTES); each bad row is one error naming the file,
+the line and the column.
+"""
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+# A week at one sample a second; a larger trace is refused rather than held in memory whole.
+MAX_DEMAND_BYTES = 64 << 20
+MAX_DEMAND_ROWS = 7 * 86400
+
+REQUIRED = ("time", "demand")
+OPTIONAL = ("queue_max", "queue_sum")
+
+
+class DemandError(ValueError):
+    """A demand trace that cannot be replayed; the message names the file, the line and the column."""
+
+
+@dataclass(frozen=True)
+class DemandPoint:
+    """One sample; it holds until the next one."""
+
+    time: float  # seconds (Unix time where the file gave RFC 3339)
+    demand: float
+    queue_max: float | None = None
+    queue_sum: float | None = None
+
+
+def _cut(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:40] + "...")
+
+
+def _number(path: str, line: int, column: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise DemandError(f"{path}:{line}: {column}: {_cut(text)} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise DemandError(f"{path}:{line}: {column}: {_cut(text)} is not a finite number of at least 0")
+    return value
+
+
+def _time(path: str, line: int, text: str) -> tuple[float, bool]:
+    """The time in seconds, and whether it was written as RFC 3339."""
+    try:
+        return _number(path, line, "time", text), False
+    except DemandError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise DemandError(
+            f"{path}:{line}: time: {_cut(text)} is neither seconds nor an RFC 3339 timestamp "
+            "(e.g. 2026-03-01T12:00:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        raise DemandError(f"{path}:{line}: time: {_cut(text)} has no UTC offset: add Z or +HH:MM")
+    return moment.timestamp(), True
+
+
+def _header(path: str, row: list[str]) -> dict[str, int]:
+    names = [name.strip() for name in row]
+    unknown = [name for name in names if name not in REQUIRED + OPTIONAL]
+    if unknown:
+        raise DemandError(
+            f"{path}:1: column {_cut(unknown[0])} is not one of {', '.join(REQUIRED + OPTIONAL)}: rename or drop it"
+        )
+    repeated = [name for name in names if names.count(name) > 1]
+    if repeated:
+        raise DemandError(f"{path}:1: column {repeated[0]!r} appears twice")
+    missing = [name for name in REQUIRED if name not in names]
+    if missing:
+        raise DemandError(f"{path}:1: no {missing[0]!r} column (the header needs time and demand)")
+    return {name: index for index, name in enumerate(names)}
+
+
+def _point(path: str, line: int, columns: dict[str, int], row: list[str]) -> tuple[DemandPoint, bool]:
+    if len(row) != len(columns):
+        raise DemandError(f"{path}:{line}: {len(row)} fields where the header names {len(columns)}")
+    optional = {name: _number(path, line, name, row[columns[name]]) if name in columns else None for name in OPTIONAL}
+    seconds, rfc3339 = _time(path, line, row[columns["time"]])
+    demand = _number(path, line, "demand", row[columns["demand"]])
+    return DemandPoint(seconds, demand, optional["queue_max"], optional["queue_sum"]), rfc3339
+
+
+def parse_demand(text: str, path: str) -> tuple[DemandPoint, ...]:
+    """The samples of a demand CSV, times strictly increasing; DemandError on the first bad row."""
+    if len(text) > MAX_DEMAND_BYTES:
+        raise DemandError(f"{path}: over {MAX_DEMAND_BYTES >> 20} MiB; replay a shorter span or a coarser step")
+    reader = csv.reader(io.StringIO(text.removeprefix("\ufeff")))
+    rows = ((reader.line_num, row) for row in reader if row)
+    first = next(rows, None)
+    if first is None:
+        raise DemandError(f"{path}: empty; the first line names the columns (time,demand[,queue_max,queue_sum])")
+    columns = _header(path, first[1])
+    points: list[DemandPoint] = []
+    forms: set[bool] = set()
+    for line, row in rows:
+        if len(points) == MAX_DEMAND_ROWS:
+            raise DemandError(f"{path}:{line}: over {MAX_DEMAND_ROWS} rows; replay a shorter span or a coarser step")
+        point, rfc3339 = _point(path, line, columns, row)
+        forms.add(rfc3339)
+        if len(forms) > 1:
+            raise DemandError(f"{path}:{line}: time: seconds and RFC 3339 timestamps mixed; use one form")
+        if points and point.time <= points[-1].time:
+            raise DemandError(f"{path}:{line}: time: not after the row before (times must strictly increase)")
+        points.append(point)
+    if len(points) < 2:
+        raise DemandError(f"{path}: {len(points)} row(s) of samples; a replay needs at least two to span any time")
+    return tuple(points)

@@ -1,0 +1,129 @@
+"""The generated scaler replayed over demand traces: a burst (scale-up lag, then the slow scale-down the generated
+behavior asks for), the replicas-needed signal of a workload without a knee, and the queue-trigger runaway of issue
+19 reproduced."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from exporter.autoscale import hpa
+from exporter.autoscale.baselines import oracle, static_peak
+from exporter.autoscale.demand import DemandPoint
+from exporter.autoscale.replay import replay
+from exporter.config import AutoscalingConfig, ScaledWorkload, load_config
+from exporter.scaling import LONGEST_QUEUE, PEAK_DEMAND, REPLICAS_NEEDED, Policy, Rules, ScalerSpec, scaler_spec
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "plimsoll.example.yaml"
+
+
+def _example() -> tuple[AutoscalingConfig, dict[str, ScaledWorkload], float | None]:
+    config = load_config(EXAMPLE)
+    assert config.autoscaling is not None
+    return config.autoscaling, {w.name: w for w in config.autoscaling.workloads}, config.saturation_queue
+
+
+def _trace(*spans: tuple[float, float], queue_max: float | None = None) -> tuple[DemandPoint, ...]:
+    """Samples every 15 s: each span (seconds, demand) after the one before; a last sample closes the trace."""
+    points, time = [], 0.0
+    for seconds, demand in spans:
+        for _ in range(int(seconds // 15)):
+            points.append(DemandPoint(time, demand, queue_max))
+            time += 15
+    return (*points, DemandPoint(time, spans[-1][1], queue_max))
+
+
+@pytest.fixture(scope="module")
+def llama() -> tuple[ScalerSpec, ScaledWorkload]:
+    """The example's vllm-llama-8b: knee 24 x margin 0.8 = 19.2 per replica, 1..8 replicas, start-up 5 min,
+    demand window 10 min, scale-down 1 pod per 5 min."""
+    autoscaling, workloads, saturation_queue = _example()
+    workload = workloads["vllm-llama-8b"]
+    return scaler_spec(autoscaling, workload, saturation_queue), workload
+
+
+def test_a_burst_scales_up_within_one_sync_and_overflows_for_one_start_up(
+    llama: tuple[ScalerSpec, ScaledWorkload],
+) -> None:
+    spec, workload = llama
+    trace = _trace((1200, 20), (1200, 150), (2400, 20))
+    result = replay(trace, spec, workload.startup_seconds, 24)
+    assert result.signals == (PEAK_DEMAND,)  # no queue_max in the trace
+    first, second = result.decisions[0], result.decisions[1]
+    # at the burst's first sample the demand asks for ceil(150 / 19.2) = 8; scale-up doubles per 15 s
+    assert (first.time, first.metric, first.value, first.proposed_replicas) == (1200, PEAK_DEMAND, 150, 8)
+    assert (first.replicas, first.reason) == (4, hpa.SCALE_UP_LIMIT)
+    assert (second.time, second.replicas, second.reason) == (1215, 8, hpa.METRIC)
+    figures = result.run.figures
+    # 2 ready (48 requests) for the 300 s start-up, 4 for the next 15 s: (150 - 48) x 300 + (150 - 96) x 15
+    assert (figures.overflow_seconds, figures.overflow_request_seconds) == (315, 102 * 300 + 54 * 15)
+    assert figures.peak_replicas == 8
+    # the 8 stays in the 10-min demand window until 3000 s and in the 600 s scale-down window until 3585 s; then
+    # one pod per 300 s (the scale-down policy)
+    downs = [d for d in result.decisions if d.replicas < d.current_replicas]
+    assert [(d.time, d.replicas) for d in downs] == [(3585, 7), (3885, 6), (4185, 5), (4485, 4), (4785, 3)]
+    assert {d.reason for d in downs} == {hpa.SCALE_DOWN_LIMIT}
+    held = [d for d in result.decisions if 3000 <= d.time < 3585]
+    assert held and {d.reason for d in held} == {hpa.SCALE_DOWN_STABILIZED}
+    # the oracle never overflows and costs less; the static fleet at the peak never overflows and costs more
+    best, static = oracle(trace, 24, workload.startup_seconds, (1, 8)), static_peak(trace, 24, (1, 8))
+    assert best.figures.overflow_seconds == static.figures.overflow_seconds == 0
+    assert best.figures.replica_hours < figures.replica_hours < static.figures.replica_hours
+
+
+def test_new_replicas_serve_only_after_the_start_up(llama: tuple[ScalerSpec, ScaledWorkload]) -> None:
+    spec, workload = llama
+    result = replay(_trace((60, 20), (900, 150)), spec, workload.startup_seconds, 24)
+    changes = [(c.time, c.replicas, c.ready) for c in result.run.fleet]
+    assert changes == [(0, 2, 2), (60, 4, 2), (75, 8, 2), (360, 8, 4), (375, 8, 8)]
+
+
+def test_without_a_knee_the_replicas_needed_rule_is_the_signal() -> None:
+    autoscaling, workloads, saturation_queue = _example()
+    tiny = workloads["vllm-tiny-llama"]  # no knee_concurrency; 1..4 replicas
+    spec = scaler_spec(autoscaling, tiny, saturation_queue)
+    # the capacity model's knee of 10: needed = ceil(35 / (10 x 0.8)) = 5, clamped to 4 as the rule is
+    result = replay(_trace((300, 5), (600, 35)), spec, tiny.startup_seconds, 10)
+    first = result.decisions[0]
+    assert (first.metric, first.value, first.proposed_replicas) == (REPLICAS_NEEDED, 4, 4)
+    assert result.run.figures.peak_replicas == 4
+
+
+def test_the_queue_trigger_runs_a_fleet_of_20_to_max_replicas_on_one_replica_queue_of_3(
+    llama: tuple[ScalerSpec, ScaledWorkload],
+) -> None:
+    """Issue 19's defect, reproduced: 20 replicas, one holding 3 waiting (a wedged or unlucky replica), the others
+    idle. Demand (24 running + 3 waiting = 27) needs 2 replicas, but today's queue trigger, max(queue) as a Value
+    target of saturation.queue + 1 = 1, asks the HPA for ceil(3 / 1 x 20 ready) = 60, and scale-up doubles per
+    15 s: the fleet grows to maxReplicas and stays there while the one queue does."""
+    spec, workload = llama
+    spec = dataclasses.replace(spec, min_replicas=20, max_replicas=64)
+    trace = _trace((1800, 27), queue_max=3)
+    result = replay(trace, spec, workload.startup_seconds, 24)
+    assert result.signals == (PEAK_DEMAND, LONGEST_QUEUE)
+    first = result.decisions[0]
+    assert (first.metric, first.value, first.proposed_replicas) == (LONGEST_QUEUE, 3, 60)
+    assert (first.current_replicas, first.replicas, first.reason) == (20, 40, hpa.SCALE_UP_LIMIT)
+    sizes = [(d.time, d.replicas) for d in result.decisions if d.replicas != d.current_replicas]
+    # 40 at once, 60 a sync later; once those 40 are ready the queue asks for 3 x 40 = 120: max replicas
+    assert sizes == [(0, 40), (15, 60), (300, 64)]
+    assert result.decisions[-1].reason == hpa.TOO_MANY
+    figures = result.run.figures
+    assert figures.peak_replicas == spec.max_replicas == 64
+    assert result.run.fleet[-1].replicas == result.run.fleet[-1].ready == 64
+    assert figures.overflow_seconds == 0
+    static = static_peak(trace, 24, (spec.min_replicas, spec.max_replicas)).figures
+    assert static.peak_replicas == 20  # ceil(27 / 24) = 2, held at min replicas
+    assert figures.replica_hours > 3 * static.replica_hours
+
+
+def test_a_scale_down_removes_the_replicas_still_starting_first(llama: tuple[ScalerSpec, ScaledWorkload]) -> None:
+    """A ReplicaSet scaled down deletes its not-ready pods before its ready ones: the ready capacity stays."""
+    spec, workload = llama
+    free_down = Rules(0, "Max", (Policy("Percent", 100, 15),))
+    spec = dataclasses.replace(
+        spec, demand_window_seconds=0, behavior=dataclasses.replace(spec.behavior, scale_down=free_down)
+    )
+    result = replay(_trace((60, 20), (15, 150), (600, 20)), spec, workload.startup_seconds, 24)
+    assert [(c.time, c.replicas, c.ready) for c in result.run.fleet] == [(0, 2, 2), (60, 4, 2), (75, 2, 2)]
+    assert result.run.figures.overflow_seconds == 15
