@@ -8,6 +8,7 @@ import difflib
 import json
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -106,8 +107,8 @@ def find_model_preset(name: str) -> ModelPreset:
     names = [n for p in model_presets() for n in (p.id, p.hf_id)]
     raise CatalogError(
         f"unknown model {_quoted(name)}: not a preset and not a file. Closest presets: {_closest(name, names)}. "
-        "Pass a path to a Hugging Face config.json (or its directory), or download the model to the local Hugging "
-        "Face cache (HF_HUB_CACHE, HF_HOME), for any other model; "
+        "Pass a path to a Hugging Face config.json (or its directory), or a Hugging Face repository id "
+        "(org/name, or org/name@revision) to read its config.json from the Hub, for any other model; "
         "`plimsoll plan --list-models` lists the presets."
     )
 
@@ -214,9 +215,133 @@ def _config_file(spec: str) -> Path | None:
         return None
 
 
-def load_model(spec: str) -> ModelArchitecture:
-    """A config.json path or its directory, a preset name, or a repository id in the local Hugging Face cache
-    (offline: nothing is downloaded; HF_HUB_CACHE and HF_HOME name the cache)."""
+# `org/name` or `org/name@revision` (a branch, tag or commit; `refs/pr/1` has slashes), each name as the Hub allows
+# it (huggingface_hub's validate_repo_id: word characters, `.` and `-`, 96 at most, no `--` or `..`). Anything else,
+# a preset's name mistyped or a config.json path that is not there, never reaches the network.
+_HUB_NAME = r"\w(?:[\w.-]{0,94}\w)?"
+_HUB_SPEC = re.compile(rf"(?P<repo>{_HUB_NAME}/{_HUB_NAME})(?:@(?P<revision>[^@\s]{{1,256}}))?")
+# As huggingface_hub reads HF_HUB_OFFLINE, but when the command runs: the library reads it once, at import.
+_TRUE_WORDS = frozenset({"1", "ON", "YES", "TRUE"})
+
+
+def _offline(environ: Mapping[str, str]) -> bool:
+    return any(environ.get(name, "").upper() in _TRUE_WORDS for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_spec(spec: str) -> tuple[str, str | None] | None:
+    """The repository id and revision `spec` names, or None when it names no repository (a path, a preset typo)."""
+    match = _HUB_SPEC.fullmatch(spec)
+    if match is None or match["repo"].endswith(".json") or "--" in match["repo"] or ".." in match["repo"]:
+        return None
+    return match["repo"], match["revision"]
+
+
+@dataclass(frozen=True)
+class _HubRequest:
+    """One config.json asked of the Hub, with the settings read when the command runs."""
+
+    repo_id: str
+    revision: str | None
+    cache: Path
+    endpoint: str
+    offline: str | None  # why the cache alone is read; None when the Hub may be asked
+
+    def named(self) -> str:
+        return _quoted(self.repo_id if self.revision is None else f"{self.repo_id}@{self.revision}")
+
+    def folder(self) -> Path:
+        """Where huggingface_hub keeps this repository's files in the cache."""
+        return self.cache / ("models--" + self.repo_id.replace("/", "--"))
+
+    def download_command(self) -> str:
+        revision = "" if self.revision is None else f" --revision {shlex.quote(self.revision)}"  # pasted into a shell
+        return shown(f"hf download {self.repo_id} config.json{revision}")
+
+
+# Why a config file's model is never fetched: the daemon resolves it inside its poll loop, which must not wait on
+# the Hub (up to half a minute when it is unreachable).
+_CACHE_ONLY = "a config file's model is read from the cache only"
+
+
+def _hub_request(repo_id: str, revision: str | None, environ: Mapping[str, str], from_hub: bool) -> _HubRequest:
+    endpoint = environ.get("HF_ENDPOINT", "").rstrip("/") or "https://huggingface.co"
+    offline = "HF_HUB_OFFLINE is set" if _offline(environ) else None if from_hub else _CACHE_ONLY
+    return _HubRequest(repo_id, revision, hub_cache(environ), endpoint, offline)
+
+
+def _hub_config(request: _HubRequest) -> Path:
+    """The repository's config.json, from the Hugging Face cache or else downloaded into it: that one file, never
+    weights. huggingface_hub honours HF_TOKEN, HF_ENDPOINT and the cache, as every tool that reads the Hub does."""
+    # Imported here: it is heavy, and only a model from the Hub needs it (presets and paths never do).
+    from huggingface_hub import hf_hub_download
+
+    try:
+        path = hf_hub_download(
+            request.repo_id,
+            "config.json",
+            revision=request.revision,
+            cache_dir=request.cache,
+            endpoint=request.endpoint,
+            local_files_only=request.offline is not None,
+        )
+    # Broad on purpose, and around this one call only: besides its own errors the library lets its HTTP client's
+    # raise (requests' or httpx's, by version) when a transfer breaks, and none of them deserves a traceback.
+    except Exception as error:
+        raise _hub_refusal(request, error) from None
+    return Path(path)
+
+
+def _hub_refusal(request: _HubRequest, error: Exception) -> CatalogError:
+    """What to do about a config.json the Hub did not give: the library's own text may quote the server."""
+    from huggingface_hub import errors
+
+    named, endpoint = request.named(), shown(request.endpoint)
+    if isinstance(error, errors.LocalEntryNotFoundError) and isinstance(error.__cause__, errors.HfHubHTTPError):
+        error = error.__cause__  # the Hub answered (403, 5xx) and the cache was no help: its answer is the news
+    if isinstance(error, errors.LocalEntryNotFoundError):
+        reason = request.offline or f"the Hub ({endpoint}) cannot be reached"
+        return CatalogError(
+            f"model {named} is not a preset and not in the Hugging Face cache, and {reason}: fill "
+            f"{_named(request.folder())} by running `{request.download_command()}` on a machine with network "
+            "(HF_HUB_CACHE naming the same cache), or pass the model's config.json by path"
+        )
+    if isinstance(error, errors.GatedRepoError):
+        return CatalogError(
+            f"model {named} is gated on the Hub: accept its licence on its page ({endpoint}/{shown(request.repo_id)}) "
+            "and set HF_TOKEN to a token of that account"
+        )
+    if isinstance(error, errors.RepositoryNotFoundError):
+        return CatalogError(
+            f"model {named} is not a preset and not a repository on the Hub ({endpoint}), or it is private: check "
+            "the name (`plimsoll plan --list-models` lists the presets), or set HF_TOKEN to a token that can read it"
+        )
+    if isinstance(error, errors.RevisionNotFoundError):
+        return CatalogError(f"model {named}: the repository has no such revision on the Hub ({endpoint})")
+    if isinstance(error, errors.EntryNotFoundError):
+        return CatalogError(
+            f"model {named} has no config.json on the Hub (a GGUF-only repository?): name the repository the "
+            "weights came from, or pass a config.json by path"
+        )
+    if isinstance(error, errors.HfHubHTTPError):
+        status = error.response.status_code
+        fix = "set HF_TOKEN, or accept the model's licence on the Hub" if status in (401, 403) else "try again later"
+        return CatalogError(f"model {named}: the Hub ({endpoint}) answered HTTP {status}: {fix}")
+    if isinstance(error, OSError) and error.filename is not None:
+        return CatalogError(f"model {named}: cannot write the Hugging Face cache {_named(request.cache)} ({error})")
+    return CatalogError(
+        f"model {named}: fetching its config.json from the Hub ({endpoint}) failed ({type(error).__name__}): "
+        "try again, or pass a config.json by path"
+    )
+
+
+def _from_config_file(path: Path, name: str) -> ModelArchitecture:
+    return from_hf_config(_read_config(path), source=_named(path), name=name)
+
+
+def load_model(spec: str, *, from_hub: bool = True) -> ModelArchitecture:
+    """A config.json path or its directory, a preset name, or a repository id (`org/name[@revision]`): read from
+    the local Hugging Face cache (HF_HUB_CACHE, HF_HOME), else (`from_hub`) its config.json alone downloaded from
+    the Hub."""
     path = _config_file(spec)
     if path is not None:
         config = _read_config(path)
@@ -225,10 +350,12 @@ def load_model(spec: str) -> ModelArchitecture:
         preset = find_model_preset(spec)
     except CatalogError:
         cached = cached_config(spec, hub_cache(os.environ))
-        if cached is None:
+        if cached is not None:
+            return _from_config_file(cached, spec)
+        repository = _hub_spec(spec)
+        if repository is None:
             raise
-        config = _read_config(cached)
-        return from_hf_config(config, source=_named(cached), name=spec)
+        return _from_config_file(_hub_config(_hub_request(*repository, os.environ, from_hub)), spec)
     return from_hf_config(preset.config, source=f"preset {preset.id}", name=preset.hf_id)
 
 

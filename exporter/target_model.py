@@ -35,7 +35,7 @@ def resolve(target: Target) -> TargetCatalog:
     problems = []
     if target.model:
         try:
-            arch = load_model(target.model)
+            arch = load_model(target.model, from_hub=False)
         except (CatalogError, ModelConfigError) as error:
             problems.append(("model", str(error)))
     if target.gpu_type:

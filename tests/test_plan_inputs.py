@@ -183,6 +183,7 @@ def test_a_config_path_inside_the_cache_is_shown_by_its_repository_id(capsys, tm
 
 def test_a_model_in_neither_presets_nor_cache_says_where_it_looked(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # else the Hub is asked (tests/test_hub_configs.py)
     assert main(["plan", "--model", "someorg/absent"]) == 2
     assert "Hugging Face cache" in capsys.readouterr().err
 

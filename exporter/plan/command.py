@@ -28,7 +28,11 @@ def add_plan(commands: Subcommands) -> None:
         description="Per-GPU memory breakdown of one deployment (weights, activation peak, overhead, KV cache), "
         "or, with --concurrency, the GPUs and replicas a load needs.",
     )
-    p.add_argument("--model", help="preset name (see --list-models), or a Hugging Face config.json or its directory")
+    p.add_argument(
+        "--model",
+        help="preset name (see --list-models), a Hugging Face config.json or its directory, or a repository id "
+        "org/name[@revision] (the local Hugging Face cache, else its config.json from the Hub)",
+    )
     p.add_argument("--list-models", action="store_true", help="list the model presets and exit")
     p.add_argument("--list-gpus", action="store_true", help="list the GPU presets and exit")
     p.add_argument("--gpu", help="GPU preset (default H100-80GB), or 'any' with --concurrency to rank them")
