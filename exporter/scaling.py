@@ -8,8 +8,12 @@ Two signals per workload, chosen by what each measures:
   capacity as its `AverageValue` target: the HPA asks for ceil(demand / capacity) replicas, the recording rule
   `model:plimsoll_replicas_needed`, so scaling and the over-provisioning ticket agree. Without a measured knee the
   signal is that rule itself, one per replica.
-- queue (cliff): the longest queue of any replica as a `Value` target just above the queue a replica tolerates at
-  its knee. It stays near zero until a replica passes its knee, so it says only that more replicas are needed.
+- queue (cliff): the requests waiting, summed over the replicas, as an `AverageValue` target one above the queue a
+  replica tolerates at its knee: the HPA asks for ceil(waiting / (tolerated + 1)) replicas. A queue stays near zero
+  until replicas pass their knee, so it says only that more are needed, and catches a burst before the demand peak
+  has moved. Summed, one replica's queue (a wedged pod, a load balancer's imbalance) can ask for no more replicas
+  than it has requests waiting; the longest queue as a `Value` target multiplied the whole fleet by it (a fleet of
+  20 with one replica queueing 3 asked for 60). When every replica queues, both ask for the same.
 """
 
 from dataclasses import dataclass
@@ -27,14 +31,14 @@ MIN_SCALE_DOWN_PERIOD_SECONDS = 60
 # What a signal's value is, so a model of the scaler can compute it from a demand trace.
 PEAK_DEMAND = "peak_demand"  # requests in flight summed over replicas, the peak over the demand window
 REPLICAS_NEEDED = "replicas_needed"  # ceil(peak demand / one replica's capacity)
-LONGEST_QUEUE = "longest_queue"  # requests waiting at the replica with the most
+QUEUED = "queued"  # requests waiting, summed over the replicas
 
 
 @dataclass(frozen=True)
 class Target:
     """One signal's HPA metric target, and KEDA's activation threshold for it."""
 
-    measure: str  # PEAK_DEMAND, REPLICAS_NEEDED or LONGEST_QUEUE
+    measure: str  # PEAK_DEMAND, REPLICAS_NEEDED or QUEUED
     metric_type: str  # "AverageValue": ceil(value / target) replicas; "Value": replicas x value / target
     value: float
     activation: float  # KEDA scales 0 -> 1 above it; with min_replicas >= 1 (the config's floor) it never acts
@@ -86,7 +90,7 @@ def demand_target(workload: ScaledWorkload, margin: float) -> Target:
 def queue_target(saturation_queue: float | None) -> Target:
     # The queue a replica holds at its knee (saturation.queue, from `plimsoll loadtest --write`) is its noise floor.
     tolerated = saturation_queue or 0.0
-    return Target(LONGEST_QUEUE, "Value", tolerated + 1, tolerated)
+    return Target(QUEUED, "AverageValue", tolerated + 1, tolerated)
 
 
 def behavior(autoscaling: AutoscalingConfig, workload: ScaledWorkload) -> Behavior:

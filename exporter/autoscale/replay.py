@@ -3,7 +3,7 @@ that followed.
 
 Each sync (every 15 s from the trace's first sample) reads the signals as the generated queries would: the demand
 signal is the peak of demand over the demand window (`model:plimsoll_demand_requests:peak`), and the queue signal
-the trace's `queue_max` at that time (`max(plimsoll_requests_waiting)`), modelled only where the trace has it. The
+the trace's `queue_sum` at that time (`sum(plimsoll_requests_waiting)`), modelled only where the trace has it. The
 HPA model (`hpa.py`) decides; added replicas serve one start-up time later, removed ones stop at once, the ones not
 yet ready first (as a ReplicaSet deletes them).
 
@@ -28,7 +28,7 @@ from exporter.scaling import PEAK_DEMAND, ScalerSpec, Target
 class Replay:
     run: Run
     decisions: tuple[hpa.Decision, ...]  # every sync that changed the replicas or was held back from a change
-    signals: tuple[str, ...]  # the signals modelled: the queue only where the trace has queue_max
+    signals: tuple[str, ...]  # the signals modelled: the queue only where the trace has queue_sum
 
 
 def _clamp(replicas: int, spec: ScalerSpec) -> int:
@@ -63,7 +63,7 @@ def _readings(trace: _Trace, spec: ScalerSpec, time: float, knee_concurrency: fl
     else:  # the replicas-needed rule, clamped to the bounds as the rule is
         demand = _clamp(math.ceil(peak / (knee_concurrency * spec.margin)), spec)
     readings = [_reading(spec.demand, demand)]
-    queue = trace.at(time).queue_max
+    queue = trace.at(time).queue_sum
     if queue is not None:
         readings.append(_reading(spec.queue, queue))
     return readings

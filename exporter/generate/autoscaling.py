@@ -5,9 +5,10 @@ Two signals per workload, chosen by what each measures:
 - proportional: peak demand (running + waiting requests) over the capacity of one replica. Demand grows with load, so
   `AverageValue` with the capacity as target gives ceil(demand / capacity) replicas: the recording rule
   `model:plimsoll_replicas_needed`, so scaling and the over-provisioning ticket agree.
-- cliff: the longest queue of any replica. It stays near zero until a replica passes its knee and then climbs, so it
-  cannot say how many replicas are needed, only that more are: `Value` with a target just above the queue the
-  replica tolerates at its knee scales up by how far the worst queue is past it. The HPA takes the larger of the two.
+- cliff: the requests waiting over all replicas, `AverageValue` with a target just above the queue a replica
+  tolerates at its knee. It stays near zero until replicas pass their knee and then climbs, so it says that more
+  are needed, bounded by the requests waiting (scaling.py says why not the longest queue). The HPA takes the larger
+  of the two.
 The targets, the behavior and the bounds are `exporter/scaling.py`'s (the replay models the same spec); this module
 adds the PromQL and renders the manifests.
 
@@ -102,10 +103,10 @@ def cliff_signal(workload: ScaledWorkload, target: Target) -> Signal:
         _metric_name(workload, "queue"),
         series,
         _selector(workload),
-        f"max({series}{_selector(workload)}) or vector(0)",
+        f"sum({series}{_selector(workload)}) or vector(0)",
         target,
-        f"longest queue of any replica, one above the {_number(target.activation)} it holds at its knee "
-        "(saturation.queue)",
+        f"requests waiting over all replicas, {_number(target.value)} per replica: one above the "
+        f"{_number(target.activation)} a replica holds at its knee (saturation.queue)",
     )
 
 

@@ -12,7 +12,7 @@ from exporter.autoscale.baselines import oracle, static_peak
 from exporter.autoscale.demand import DemandPoint
 from exporter.autoscale.replay import replay
 from exporter.config import AutoscalingConfig, ScaledWorkload, load_config
-from exporter.scaling import LONGEST_QUEUE, PEAK_DEMAND, REPLICAS_NEEDED, Policy, Rules, ScalerSpec, scaler_spec
+from exporter.scaling import PEAK_DEMAND, QUEUED, REPLICAS_NEEDED, Policy, Rules, ScalerSpec, scaler_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "plimsoll.example.yaml"
 
@@ -23,14 +23,14 @@ def _example() -> tuple[AutoscalingConfig, dict[str, ScaledWorkload], float | No
     return config.autoscaling, {w.name: w for w in config.autoscaling.workloads}, config.saturation_queue
 
 
-def _trace(*spans: tuple[float, float], queue_max: float | None = None) -> tuple[DemandPoint, ...]:
+def _trace(*spans: tuple[float, float], queue_sum: float | None = None) -> tuple[DemandPoint, ...]:
     """Samples every 15 s: each span (seconds, demand) after the one before; a last sample closes the trace."""
     points, time = [], 0.0
     for seconds, demand in spans:
         for _ in range(int(seconds // 15)):
-            points.append(DemandPoint(time, demand, queue_max))
+            points.append(DemandPoint(time, demand, queue_sum=queue_sum))
             time += 15
-    return (*points, DemandPoint(time, spans[-1][1], queue_max))
+    return (*points, DemandPoint(time, spans[-1][1], queue_sum=queue_sum))
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_a_burst_scales_up_within_one_sync_and_overflows_for_one_start_up(
     spec, workload = llama
     trace = _trace((1200, 20), (1200, 150), (2400, 20))
     result = replay(trace, spec, workload.startup_seconds, 24)
-    assert result.signals == (PEAK_DEMAND,)  # no queue_max in the trace
+    assert result.signals == (PEAK_DEMAND,)  # no queue_sum in the trace
     first, second = result.decisions[0], result.decisions[1]
     # at the burst's first sample the demand asks for ceil(150 / 19.2) = 8; scale-up doubles per 15 s
     assert (first.time, first.metric, first.value, first.proposed_replicas) == (1200, PEAK_DEMAND, 150, 8)
@@ -89,32 +89,33 @@ def test_without_a_knee_the_replicas_needed_rule_is_the_signal() -> None:
     assert result.run.figures.peak_replicas == 4
 
 
-def test_the_queue_trigger_runs_a_fleet_of_20_to_max_replicas_on_one_replica_queue_of_3(
-    llama: tuple[ScalerSpec, ScaledWorkload],
-) -> None:
-    """Issue 19's defect, reproduced: 20 replicas, one holding 3 waiting (a wedged or unlucky replica), the others
-    idle. Demand (24 running + 3 waiting = 27) needs 2 replicas, but today's queue trigger, max(queue) as a Value
-    target of saturation.queue + 1 = 1, asks the HPA for ceil(3 / 1 x 20 ready) = 60, and scale-up doubles per
-    15 s: the fleet grows to maxReplicas and stays there while the one queue does."""
+def test_one_replica_s_queue_does_not_grow_a_fleet_of_20(llama: tuple[ScalerSpec, ScaledWorkload]) -> None:
+    """Issue 19's runaway: 20 replicas, one holding 3 waiting (a wedged or unlucky replica), the others idle. The
+    old trigger, the longest queue as a Value target of saturation.queue + 1 = 1, asked the HPA for 3 x 20 = 60
+    and, as the new replicas became ready, 3 x 40 = 120: the fleet ran to max replicas (64) and stayed there. The
+    queue summed over the replicas as an AverageValue target asks for at most ceil(waiting / 1) = 3, below the 20
+    running: the fleet stays at what min replicas and the demand need."""
     spec, workload = llama
     spec = dataclasses.replace(spec, min_replicas=20, max_replicas=64)
-    trace = _trace((1800, 27), queue_max=3)
+    trace = _trace((1800, 27), queue_sum=3)
     result = replay(trace, spec, workload.startup_seconds, 24)
-    assert result.signals == (PEAK_DEMAND, LONGEST_QUEUE)
-    first = result.decisions[0]
-    assert (first.metric, first.value, first.proposed_replicas) == (LONGEST_QUEUE, 3, 60)
-    assert (first.current_replicas, first.replicas, first.reason) == (20, 40, hpa.SCALE_UP_LIMIT)
-    sizes = [(d.time, d.replicas) for d in result.decisions if d.replicas != d.current_replicas]
-    # 40 at once, 60 a sync later; once those 40 are ready the queue asks for 3 x 40 = 120: max replicas
-    assert sizes == [(0, 40), (15, 60), (300, 64)]
-    assert result.decisions[-1].reason == hpa.TOO_MANY
-    figures = result.run.figures
-    assert figures.peak_replicas == spec.max_replicas == 64
-    assert result.run.fleet[-1].replicas == result.run.fleet[-1].ready == 64
-    assert figures.overflow_seconds == 0
+    assert result.signals == (PEAK_DEMAND, QUEUED)
+    assert all(d.replicas == d.current_replicas == 20 for d in result.decisions)
+    assert result.run.figures.peak_replicas == 20
     static = static_peak(trace, 24, (spec.min_replicas, spec.max_replicas)).figures
-    assert static.peak_replicas == 20  # ceil(27 / 24) = 2, held at min replicas
-    assert figures.replica_hours > 3 * static.replica_hours
+    assert result.run.figures.replica_hours == static.replica_hours
+
+
+def test_a_queue_on_every_replica_scales_the_fleet_within_one_sync(llama: tuple[ScalerSpec, ScaledWorkload]) -> None:
+    """A real burst the demand peak has not caught up with: 4 replicas each holding 3 waiting (12 in all) ask for
+    ceil(12 / 1) = 12 at the first sync, capped by the scale-up policy at twice the 4 running."""
+    spec, workload = llama
+    spec = dataclasses.replace(spec, min_replicas=4)
+    trace = _trace((600, 40), queue_sum=12)
+    result = replay(trace, spec, workload.startup_seconds, 24)
+    first = result.decisions[0]
+    assert (first.time, first.metric, first.value, first.proposed_replicas) == (0, QUEUED, 12, 12)
+    assert (first.current_replicas, first.replicas) == (4, 8)
 
 
 def test_a_scale_down_removes_the_replicas_still_starting_first(llama: tuple[ScalerSpec, ScaledWorkload]) -> None:

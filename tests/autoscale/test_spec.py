@@ -9,7 +9,7 @@ import yaml
 
 from exporter.config import load_config
 from exporter.generate import autoscaling
-from exporter.scaling import LONGEST_QUEUE, PEAK_DEMAND, REPLICAS_NEEDED, ScalerSpec, scaler_spec
+from exporter.scaling import PEAK_DEMAND, QUEUED, REPLICAS_NEEDED, ScalerSpec, scaler_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "plimsoll.example.yaml"
@@ -55,7 +55,7 @@ def test_the_generated_scalers_hold_the_spec(tmp_path: Path, saturation_queue: s
         targets = [metric["external"]["target"] for metric in hpa["metrics"]]
         assert targets == [
             {"type": "AverageValue", "averageValue": f"{round(spec.demand.value * 1000)}m"},
-            {"type": "Value", "value": f"{round(spec.queue.value * 1000)}m"},
+            {"type": "AverageValue", "averageValue": f"{round(spec.queue.value * 1000)}m"},
         ]
         # KEDA's thresholds are written to 3 decimals
         triggers = [
@@ -69,5 +69,5 @@ def test_the_generated_scalers_hold_the_spec(tmp_path: Path, saturation_queue: s
     assert (llama.demand.measure, round(llama.demand.value, 9)) == (PEAK_DEMAND, 19.2)
     assert (tiny.demand.measure, tiny.demand.value) == (REPLICAS_NEEDED, 1.0)  # no knee: the needed-replicas rule
     tolerated = float(saturation_queue or 0)
-    assert (llama.queue.measure, llama.queue.value, llama.queue.activation) == (LONGEST_QUEUE, tolerated + 1, tolerated)
+    assert (llama.queue.measure, llama.queue.value, llama.queue.activation) == (QUEUED, tolerated + 1, tolerated)
     assert llama.demand_window_seconds == 600 and llama.margin == 0.8

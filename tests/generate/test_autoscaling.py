@@ -10,6 +10,7 @@ import pytest
 import yaml
 from kubernetes_validate import validate
 
+from exporter.autoscale import hpa
 from exporter.config import AutoscalingConfig, Config, ConfigError, ScaledWorkload, parse_config
 from exporter.generate import autoscaling, rules
 from exporter.generate.command import stale
@@ -91,11 +92,10 @@ def _hpa(config: Config) -> dict:
 
 
 def _hpa_desired(current: int, value: float, trigger: dict) -> int:
-    """The HPA's formula for one metric (KEDA hands AverageValue/Value targets to the HPA unchanged)."""
-    threshold = float(trigger["metadata"]["threshold"])
-    if trigger["metricType"] == "AverageValue":
-        return math.ceil(value / threshold)
-    return math.ceil(current * value / threshold)
+    """What the HPA model (exporter/autoscale/hpa.py, checked against the Kubernetes documentation's examples) asks
+    for on this trigger's metric (KEDA hands its targets to the HPA unchanged), with every replica ready."""
+    reading = hpa.Reading("m", trigger["metricType"], float(trigger["metadata"]["threshold"]), value)
+    return hpa.propose(reading, current, current).replicas
 
 
 def test_demand_trigger_asks_for_ceil_of_peak_demand_over_knee_times_margin():
@@ -114,13 +114,16 @@ def test_without_a_knee_the_scaler_follows_the_replicas_needed_rule_one_per_repl
     assert _hpa_desired(2, 5, demand) == 5
 
 
-def test_queue_trigger_is_a_value_target_just_above_the_queue_tolerated_at_the_knee():
+def test_queue_trigger_is_the_fleet_s_queue_over_one_above_what_a_replica_tolerates_at_its_knee():
     (_, queue) = _scaled_object(_config(saturation_queue=4.0))["spec"]["triggers"]
-    assert queue["metricType"] == "Value"
-    assert queue["metadata"]["query"] == f'max(plimsoll_requests_waiting{{model="{MODEL}"}}) or vector(0)'
+    assert queue["metricType"] == "AverageValue"
+    assert queue["metadata"]["query"] == f'sum(plimsoll_requests_waiting{{model="{MODEL}"}}) or vector(0)'
     assert (queue["metadata"]["threshold"], queue["metadata"]["activationThreshold"]) == ("5", "4")
-    # A replica 3x past the target triples the fleet (bounded by the scale-up policy), whatever the fleet's size.
-    assert _hpa_desired(4, 15, queue) == 12
+    # Four replicas each 3x past the target (15 waiting each) ask for three times the fleet.
+    assert _hpa_desired(4, 4 * 15, queue) == 12
+    # One replica 3x past it in a fleet of 20 asks for 3, below the 20 running: no scale-up, whatever the fleet's
+    # size (the longest queue as a Value target asked for 60).
+    assert _hpa_desired(20, 15, queue) == 3
     (_, unset) = _scaled_object(_config())["spec"]["triggers"]
     assert unset["metadata"]["threshold"] == "1"  # saturation.queue unset: any request waiting is past the knee
 
@@ -153,7 +156,7 @@ def test_hpa_validates_against_the_kubernetes_schema_with_the_same_targets_as_ke
     assert hpa["spec"]["scaleTargetRef"]["kind"] == "StatefulSet"
     demand, queue = hpa["spec"]["metrics"]
     assert demand["external"]["target"] == {"type": "AverageValue", "averageValue": "19200m"}
-    assert queue["external"]["target"] == {"type": "Value", "value": "1000m"}
+    assert queue["external"]["target"] == {"type": "AverageValue", "averageValue": "1000m"}
 
 
 def test_adapter_rules_serve_each_hpa_metric_with_the_query_keda_runs():
@@ -282,8 +285,8 @@ def test_committed_scalers_are_current_lint_clean_and_the_hpas_valid_kubernetes(
     documents = [(path, yaml.safe_load((ROOT / path).read_text())) for path in sorted(committed)]
     assert autoscaling.lint(documents, {workload.model for workload in config.autoscaling.workloads}) == []
     hpas = [document for _, document in documents if document.get("kind") == "HorizontalPodAutoscaler"]
-    for hpa in hpas:
-        validate(hpa, KUBERNETES_VERSION, strict=True)
+    for document in hpas:
+        validate(document, KUBERNETES_VERSION, strict=True)
     assert len(hpas) == len(config.autoscaling.workloads)
 
 
@@ -316,15 +319,15 @@ def test_every_generated_scaler_query_returns_one_element_with_the_replicas_the_
     (rule_file,) = [item for item in rules.artifacts(config) if item.path == "rules/plimsoll.rules.yaml"]
     (tmp_path / "rules.yaml").write_text(rule_file.text)
     documents = _documents(config)
-    expected = {  # query -> (its value, the replicas model:plimsoll_replicas_needed says)
-        LLAMA: ((104, math.ceil(104 / 19.2)), 10),
-        TINY: ((math.ceil(8 / 3.2), math.ceil(8 / 3.2)), 2),
+    expected = {  # query -> (its value, the replicas model:plimsoll_replicas_needed says), requests waiting
+        LLAMA: ((104, math.ceil(104 / 19.2)), 10 + 4 + 0),
+        TINY: ((math.ceil(8 / 3.2), math.ceil(8 / 3.2)), 2 + 2),
     }
     tests = []
     for workload in config.autoscaling.workloads:
         keda = documents[f"{autoscaling.DIRECTORY}/{workload.name}-scaledobject.yaml"]
         demand, queue = keda["spec"]["triggers"]
-        (demand_value, needed), longest_queue = expected[workload.model]
+        (demand_value, needed), waiting = expected[workload.model]
         assert _hpa_desired(1, demand_value, demand) == needed
         tests += [
             {
@@ -335,7 +338,7 @@ def test_every_generated_scaler_query_returns_one_element_with_the_replicas_the_
             {
                 "expr": queue["metadata"]["query"],
                 "eval_time": "5m",
-                "exp_samples": [{"labels": "{}", "value": longest_queue}],
+                "exp_samples": [{"labels": "{}", "value": waiting}],
             },
             {
                 "expr": f'sum({rules.NEEDED_RECORD}{{model="{workload.model}"}})',

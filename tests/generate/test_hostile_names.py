@@ -66,7 +66,7 @@ def test_the_hostile_model_name_comes_back_identical_from_the_rule_labels():
 def test_the_hostile_model_name_reaches_each_scaler_query_as_one_promql_string(prometheus_tools, tmp_path):
     """promtool evaluates the rules and each KEDA and adapter query over the replicas of the hostile model (its name
     written by json.dumps, whose escapes PromQL reads): 30 running and 10 waiting is 40 requests at peak over 19.2
-    per replica, so 3 replicas, and a longest queue of 10."""
+    per replica, so 3 replicas, and 10 waiting."""
     (rule_file,) = [item for item in rules.artifacts(_config(HOSTILE_MODEL)) if item.path == rules.RULES_PATH]
     (tmp_path / "rules.yaml").write_text(rule_file.text)
     (keda,) = _documents("vllm-hostile-scaledobject.yaml")

@@ -146,8 +146,8 @@ class Stack:
     def demand(self, model: str) -> int:
         return sum(page.demand for page in self.pages.values() if page.model == model)
 
-    def longest_queue(self, model: str) -> int:
-        return max(page.load.waiting for page in self.pages.values() if page.model == model)
+    def queued(self, model: str) -> int:
+        return sum(page.load.waiting * page.ranks for page in self.pages.values() if page.model == model)
 
     def capacity(self, model: str) -> float:
         """Requests one replica of `model` is planned to hold: the knee x margin, else what its engines' KV pools
@@ -335,11 +335,15 @@ def test_demand_above_capacity_raises_the_replicas_needed_and_the_window_brings_
         assert fell - last_load >= DEMAND_WINDOW_S - 0.001, f"the peak held {fell - last_load:.3f}s, not the window"
 
 
-def _expected_signal(stack: Stack, model: str, metric_type: str) -> float:
+def _signal(query: str) -> str:
+    return "queue" if "plimsoll_requests_waiting" in query else "demand"
+
+
+def _expected_signal(stack: Stack, model: str, signal: str) -> float:
     """What a scaler's query should return for `model` now: the proportional signal is peak demand where a knee is
-    known, else the replicas needed; the cliff signal is the longest queue of any rank."""
-    if metric_type == "Value":
-        return stack.longest_queue(model)
+    known, else the replicas needed; the cliff signal is the requests waiting summed over every rank."""
+    if signal == "queue":
+        return stack.queued(model)
     return stack.demand(model) if stack.workload(model).knee_concurrency is not None else stack.needed(model)
 
 
@@ -370,13 +374,15 @@ def test_each_keda_query_returns_one_element_with_the_value_the_pages_imply(stac
         model = _model_of(stack, document)
         for trigger in document["spec"]["triggers"]:
             metadata = trigger["metadata"]
-            expected = _expected_signal(stack, model, trigger["metricType"])
+            signal = _signal(metadata["query"])
+            expected = _expected_signal(stack, model, signal)
             _one_element(stack.prometheus, metadata["query"], expected)
-            if trigger["metricType"] == "AverageValue":
+            assert trigger["metricType"] == "AverageValue"
+            if signal == "demand":
                 # KEDA's HPA: ceil(value / threshold) replicas, which must be the replicas needed.
                 assert math.ceil(expected / float(metadata["threshold"])) == stack.needed(model)
-            checked.append((model, trigger["metricType"]))
-    assert sorted(checked) == sorted((m, t) for m in WORKLOADS for t in ("AverageValue", "Value"))
+            checked.append((model, signal))
+    assert sorted(checked) == sorted((m, s) for m in WORKLOADS for s in ("demand", "queue"))
 
 
 # prometheus-adapter v0.12 (pkg/naming/metrics_query.go, BuildExternal): metricsQuery is a Go text/template with
@@ -417,13 +423,15 @@ def test_each_hpa_metric_is_served_by_an_adapter_query_returning_one_element_wit
             assert rule["resources"] == {"namespaced": False}
             query = _render_adapter_query(rule["metricsQuery"], _discovered_series(stack.prometheus, rule))
             target = external["target"]
-            expected = _expected_signal(stack, model, target["type"])
+            signal = _signal(query)
+            expected = _expected_signal(stack, model, signal)
             _one_element(stack.prometheus, query, expected)
-            if target["type"] == "AverageValue":
+            assert target["type"] == "AverageValue"
+            if signal == "demand":
                 per_replica = _quantity(target["averageValue"])
                 assert math.ceil(expected / per_replica) == stack.needed(model)
-            checked.append((model, target["type"]))
-    assert sorted(checked) == sorted((m, t) for m in WORKLOADS for t in ("AverageValue", "Value"))
+            checked.append((model, signal))
+    assert sorted(checked) == sorted((m, s) for m in WORKLOADS for s in ("demand", "queue"))
 
 
 def _quantity(text: str) -> float:
