@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from exporter import __version__, probe
+from exporter.autoscale.command import add_autoscale
 from exporter.capacity import quantization
 from exporter.capacity.architecture import ModelConfigError
 from exporter.capacity.kv import KvDtypeError
@@ -47,6 +48,7 @@ _SUBCOMMANDS: tuple[Callable[[Subcommands], None], ...] = (
     add_generate,
     add_loadtest,
     add_status,
+    add_autoscale,
 )
 
 

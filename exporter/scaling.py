@@ -33,6 +33,10 @@ PEAK_DEMAND = "peak_demand"  # requests in flight summed over replicas, the peak
 REPLICAS_NEEDED = "replicas_needed"  # ceil(peak demand / one replica's capacity)
 QUEUED = "queued"  # requests waiting, summed over the replicas
 
+# The recording rule of requests in flight per model (running + waiting, summed over the replicas): `generate`
+# writes it and scales on it, and `autoscale replay --prometheus` reads its history.
+DEMAND_RECORD = "model:plimsoll_demand_requests:sum"
+
 
 @dataclass(frozen=True)
 class Target:
@@ -79,6 +83,12 @@ class ScalerSpec:
     max_replicas: int
     demand_window_seconds: float  # the peak demand signal is the maximum over this window
     margin: float  # replicas needed = ceil(peak demand / (one replica's capacity x margin))
+
+
+def promql_string(text: str) -> str:
+    """`text` as a PromQL string literal. A label value may hold quotes and backslashes; never a line break or other
+    control character (exporter.config.label_value refuses them), so these two escapes are all it needs."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def demand_target(workload: ScaledWorkload, margin: float) -> Target:

@@ -33,7 +33,7 @@ from tests.loadtest.test_cli import VLLM_PAGE, fake_server, loadtest_args
 
 RECORDED = TESTS / "data" / "interface"
 RECORD = os.environ.get("PLIMSOLL_RECORD_INTERFACE") == "1"
-COMMANDS = ("run", "probe", "check-config", "plan", "generate", "loadtest", "status")
+COMMANDS = ("run", "probe", "check-config", "plan", "generate", "loadtest", "status", "autoscale", "autoscale replay")
 
 
 def _matches_record(name: str, text: str) -> None:
@@ -78,7 +78,7 @@ def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 
 def test_help_texts(capsys: pytest.CaptureFixture[str]) -> None:
-    texts = [_help(capsys)] + [_help(capsys, command) for command in COMMANDS]
+    texts = [_help(capsys)] + [_help(capsys, *command.split()) for command in COMMANDS]
     _matches_record("help.txt", "\f\n".join(texts))
 
 

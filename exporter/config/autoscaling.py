@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import Any
 
 from exporter.config.model import AutoscalingConfig, ConfigError, ScaledWorkload
+from exporter.config.pricing import validate_gpu_type
 from exporter.config.reader import Reader
 from exporter.config.validators import (
     label_value,
@@ -27,6 +28,8 @@ _WORKLOAD_FIELDS = (
     "max_replicas",
     "startup",
     "knee_concurrency",
+    "gpu",
+    "gpus_per_replica",
 )
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 # A Kubernetes object name (DNS-1123 subdomain) and namespace (DNS-1123 label).
@@ -82,6 +85,8 @@ def _workload(r: Reader, raw: Any, path: str) -> ScaledWorkload | None:
         max_replicas=max_replicas,
         startup_seconds=r.convert(data, "startup", p, validate_duration, 300.0),
         knee_concurrency=r.convert(data, "knee_concurrency", p, validate_positive_int, None),
+        gpu=r.convert(data, "gpu", p, validate_gpu_type, None),
+        gpus_per_replica=r.convert(data, "gpus_per_replica", p, validate_positive_int, 1),
     )
     return None if None in (model, name, namespace, max_replicas) else workload
 

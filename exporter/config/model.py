@@ -98,6 +98,8 @@ class ScaledWorkload:
     max_replicas: int
     startup_seconds: float  # from scheduling to serving: scale-up cannot be faster
     knee_concurrency: int | None  # requests one replica holds within its SLOs; None: the capacity model stands in
+    gpu: str | None = None  # one replica's GPU type, priced by pricing.gpu_hour: what a replayed fleet costs
+    gpus_per_replica: int = 1
 
 
 @dataclass(frozen=True)

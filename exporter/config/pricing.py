@@ -11,25 +11,29 @@ _NVML_NAME_PREFIXES = ("NVIDIA ", "Tesla ", "Quadro ")
 _GPU_LABEL = label_value("a GPU type (a preset or NVML product name)")
 
 
+def validate_gpu_type(value: Any) -> str:
+    """A GPU type as prices are keyed: a preset or an NVML product name."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{shown(value)} is not a GPU type (a preset or NVML product name)")
+    _GPU_LABEL(value)  # matched against NVML names and quoted in messages: one printable line, like them
+    if not value.startswith(_NVML_NAME_PREFIXES) and not any(preset.matches(value) for preset in gpu_presets()):
+        # A typo here would silently leave every GPU of that type unpriced (no cost series at all).
+        raise ValueError(
+            f"{value}: neither a GPU preset (`plimsoll plan --list-gpus`) nor an NVML product name "
+            "(as `nvidia-smi -L` shows it, e.g. NVIDIA A40)"
+        )
+    return value
+
+
 def validate_gpu_hour_prices(value: Any) -> tuple[tuple[str, float], ...]:
     if not isinstance(value, dict):
         raise ValueError(f"expected a map of GPU type to price per GPU-hour (H100-80GB: 2.49), got {value_kind(value)}")
     problems, prices = [], []
     for gpu, price in value.items():
-        if not isinstance(gpu, str) or not gpu.strip():
-            problems.append(f"{shown(gpu)} is not a GPU type (a preset or NVML product name)")
-            continue
         try:
-            _GPU_LABEL(gpu)  # matched against NVML names and quoted in messages: one printable line, like them
+            validate_gpu_type(gpu)
         except ValueError as error:
             problems.append(str(error))
-            continue
-        if not gpu.startswith(_NVML_NAME_PREFIXES) and not any(preset.matches(gpu) for preset in gpu_presets()):
-            # A typo here would silently leave every GPU of that type unpriced (no cost series at all).
-            problems.append(
-                f"{gpu}: neither a GPU preset (`plimsoll plan --list-gpus`) nor an NVML product name "
-                "(as `nvidia-smi -L` shows it, e.g. NVIDIA A40)"
-            )
             continue
         try:
             number = validate_number(price, "a price per GPU-hour")

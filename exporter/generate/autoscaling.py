@@ -33,7 +33,15 @@ from exporter.config import (
 )
 from exporter.generate import rules
 from exporter.generate.artifact import Artifact
-from exporter.scaling import MAX_STABILIZATION_SECONDS, Behavior, Rules, ScalerSpec, Target, scaler_spec
+from exporter.scaling import (
+    MAX_STABILIZATION_SECONDS,
+    Behavior,
+    Rules,
+    ScalerSpec,
+    Target,
+    promql_string,
+    scaler_spec,
+)
 
 DIRECTORY = "deploy/kubernetes/autoscaling"
 ADAPTER_RULES_PATH = f"{DIRECTORY}/prometheus-adapter-rules.yaml"
@@ -74,7 +82,7 @@ def _metric_name(workload: ScaledWorkload, signal: str) -> str:
 
 
 def _selector(workload: ScaledWorkload) -> str:
-    return f"{{model={rules.promql_string(workload.model)}}}"
+    return f"{{model={promql_string(workload.model)}}}"
 
 
 def proportional_signal(workload: ScaledWorkload, target: Target, margin: float) -> Signal:
@@ -365,7 +373,7 @@ def _query_problems(field: str, query: str, models: set[str]) -> list[str]:
             "it in sum(...) or max(...) without by/without"
         )
     problems += [
-        f"{field}: selects model={rules.promql_string(model)}, which no autoscaling workload has: it would scale on "
+        f"{field}: selects model={promql_string(model)}, which no autoscaling workload has: it would scale on "
         "nothing, or on another model's load"
         for model in (_PROMQL_ESCAPE.sub(r"\1", written) for written in _MODEL_SELECTOR.findall(query))
         if model not in models

@@ -29,6 +29,7 @@ from exporter.config import AlertingConfig, AutoscalingConfig, Config, ScaledWor
 from exporter.core.slo import BurnWindow, burn_rate_factors
 from exporter.core.units import duration
 from exporter.generate.artifact import Artifact
+from exporter.scaling import DEMAND_RECORD, promql_string
 
 RULES_PATH = "rules/plimsoll.rules.yaml"
 PROMETHEUS_RULE_PATH = "deploy/kubernetes/prometheusrule.yaml"
@@ -44,7 +45,6 @@ GROUP_COST = "plimsoll-cost.rules"
 
 # The replica rules' names: the KEDA and HPA manifests (exporter/generate/autoscaling.py) and the fleet dashboard
 # query them.
-DEMAND_RECORD = "model:plimsoll_demand_requests:sum"
 DEMAND_PEAK_RECORD = "model:plimsoll_demand_requests:peak"
 CAPACITY_RECORD = "model:plimsoll_replica_capacity_requests"
 RUNNING_RECORD = "model:plimsoll_replicas_running:count"
@@ -371,12 +371,6 @@ def _exporter_group(alerting: AlertingConfig) -> dict[str, Any]:
         "job name).",
     )
     return {"name": GROUP_EXPORTER, "rules": [down, nvml, absent]}
-
-
-def promql_string(text: str) -> str:
-    """`text` as a PromQL string literal. A label value may hold quotes and backslashes; never a line break or other
-    control character (exporter.config.label_value refuses them), so these two escapes are all it needs."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def capacity_source(workload: ScaledWorkload) -> str:

@@ -16,6 +16,7 @@ from exporter.daemon.collector import SnapshotCollector
 from exporter.daemon.snapshot import Snapshot
 from exporter.generate import dashboards, rules
 from exporter.generate.rules import saturation_gate_ratio
+from exporter.scaling import DEMAND_RECORD
 from exporter.sources.nvml import NvmlSnapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -475,7 +476,7 @@ def test_replica_and_cost_panels_read_the_records_the_rules_write(example):
     assert read == {
         rules.RUNNING_RECORD,
         rules.NEEDED_RECORD,
-        rules.DEMAND_RECORD,
+        DEMAND_RECORD,
         rules.DEMAND_PEAK_RECORD,
         rules.CAPACITY_RECORD,
         rules.HOURLY_COST_RUNNING_RECORD,

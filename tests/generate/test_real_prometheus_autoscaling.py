@@ -39,6 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Config, ScaledWorkload, load_config
 from exporter.generate import autoscaling, rules
+from exporter.scaling import DEMAND_RECORD
 from tests.support.daemon_process import DaemonProcess, running_daemon
 from tests.support.engine_pages import IDLE, EnginePage, Load, serving
 from tests.support.prometheus import NotReady, Prometheus, prometheus_config, running_prometheus, wait_until
@@ -179,7 +180,7 @@ class Stack:
         for name, page in self.pages.items():
             page.set(loads.get(name, IDLE))
         for model in WORKLOADS:
-            for record in (rules.DEMAND_RECORD, rules.DEMAND_PEAK_RECORD):
+            for record in (DEMAND_RECORD, rules.DEMAND_PEAK_RECORD):
                 _settle(self.prometheus, f'{record}{{model="{model}"}}', self.demand(model), SETTLE_TIMEOUT_S)
 
 
@@ -326,7 +327,7 @@ def test_demand_above_capacity_raises_the_replicas_needed_and_the_window_brings_
         _settle(stack.prometheus, _needed(model), minimum, SETTLE_TIMEOUT_S)
         # Read back from Prometheus' own timestamps (both records come from one group, evaluated at one instant),
         # so a slow machine cannot blur when the load stopped and when the replicas needed fell.
-        demand = _history(stack.prometheus, f'{rules.DEMAND_RECORD}{{model="{model}"}}')
+        demand = _history(stack.prometheus, f'{DEMAND_RECORD}{{model="{model}"}}')
         needed = _history(stack.prometheus, _needed(model))
         last_load = max(t for t, value in demand.items() if value > 0)
         first_idle = min(t for t, value in demand.items() if t > last_load)

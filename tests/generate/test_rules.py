@@ -17,6 +17,7 @@ from exporter.core.slo import burn_rate_factors
 from exporter.core.units import parse_duration
 from exporter.generate import rules
 from exporter.generate.command import stale
+from exporter.scaling import DEMAND_RECORD
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_CONFIG = ROOT / "deploy" / "plimsoll.example.yaml"
@@ -268,12 +269,12 @@ def test_replica_rules_and_the_over_provisioning_ticket_exist_only_with_an_autos
 
 
 def test_demand_is_running_plus_waiting_and_its_peak_spans_the_demand_window():
-    (demand,) = _rules_named(SCALED, rules.DEMAND_RECORD)
+    (demand,) = _rules_named(SCALED, DEMAND_RECORD)
     assert re.sub(r"\s+", " ", demand["expr"]).strip() == (
         "sum by (model) ( plimsoll_requests_running + (plimsoll_requests_waiting or plimsoll_requests_running * 0) )"
     )
     (peak,) = _rules_named(SCALED, rules.DEMAND_PEAK_RECORD)
-    assert peak["expr"] == f"max_over_time({rules.DEMAND_RECORD}[30m])"
+    assert peak["expr"] == f"max_over_time({DEMAND_RECORD}[30m])"
 
 
 def test_a_knee_gives_a_constant_capacity_of_knee_times_margin_and_no_knee_the_capacity_model():

@@ -43,13 +43,13 @@ from exporter.generate.rules import (
     DAILY_COST_NOT_NEEDED_RECORD,
     DAILY_COST_RUNNING_RECORD,
     DEMAND_PEAK_RECORD,
-    DEMAND_RECORD,
     HOURLY_COST_NOT_NEEDED_RECORD,
     HOURLY_COST_RUNNING_RECORD,
     NEEDED_RECORD,
     RUNNING_RECORD,
     saturation_gate_ratio,
 )
+from exporter.scaling import DEMAND_RECORD
 
 P95_HEADROOM = f'plimsoll_headroom_requests{{{ENGINE}, footprint="p95"}}'
 

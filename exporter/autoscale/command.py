@@ -1,0 +1,214 @@
+"""`plimsoll autoscale replay`: its arguments, and the run: the demand trace read, the generated scaler of each
+workload replayed over it beside the static-peak and oracle baselines, the answer printed and, with `--out`,
+written to result.json. Nothing is written unless every workload asked for was replayed.
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from exporter.autoscale import hpa
+from exporter.autoscale.baselines import oracle, static_peak
+from exporter.autoscale.demand import MAX_DEMAND_BYTES, DemandError, DemandPoint, parse_demand
+from exporter.autoscale.outputs import WorkloadReplay, result_document, result_table, write_result
+from exporter.autoscale.prometheus import demand_from_prometheus
+from exporter.autoscale.replay import replay
+from exporter.cli_args import EXIT_OK, Formatter, Subcommands, duration_arg, env_twin, flag_type
+from exporter.config import AutoscalingConfig, Config, ScaledWorkload, load_config, validate_url
+from exporter.cost import gpu_hour_price
+from exporter.display import shown
+from exporter.files import read_regular_file
+from exporter.scaling import scaler_spec
+
+# Logs and pipes get whole lines: rich would wrap the table at 80 columns where it cannot ask a terminal.
+_TABLE_WIDTH = 120
+DEFAULT_SINCE_SECONDS = 7 * 86400.0
+# One demand point per HPA sync: what the scaler reads is never coarser than how often it reads.
+PROMETHEUS_STEP_SECONDS = hpa.SYNC_PERIOD_SECONDS
+
+
+def add_autoscale(commands: Subcommands) -> None:
+    p = commands.add_parser(
+        "autoscale",
+        help="what the generated scaler would have done on a recorded demand trace",
+        formatter_class=Formatter,
+        description="Judge the scalers `plimsoll generate` writes before applying them (docs/autoscaling.md).",
+    )
+    actions = p.add_subparsers(dest="autoscale_command", required=True, metavar="ACTION")
+    replay_parser = actions.add_parser(
+        "replay",
+        help="replay a demand trace through each workload's generated scaler",
+        formatter_class=Formatter,
+        description="Replays a demand trace (requests in flight per model over time: from Prometheus' range "
+        "query of the recording rules Plimsoll ships, or a CSV with columns time, demand[, queue_max, queue_sum]) "
+        "through the HPA the config's generated scaler would be, replicas serving one start-up time after they are "
+        "asked for, and reports replica-hours, cost (pricing.gpu_hour x the workload's gpu and gpus_per_replica), "
+        "the seconds and request-seconds of demand above the ready replicas' knee, the peak replicas and every "
+        "scaling decision, beside a static fleet sized at the peak and an oracle. Exit 0 with an answer, 2 on bad "
+        "input (nothing written).",
+    )
+    env_twin(
+        replay_parser, "--config", "PLIMSOLL_CONFIG", required=True, help="YAML config with an autoscaling section"
+    )
+    trace = replay_parser.add_mutually_exclusive_group(required=True)
+    trace.add_argument(
+        "--prometheus",
+        metavar="URL",
+        type=flag_type(validate_url),
+        help="a Prometheus holding the recording rules Plimsoll generates (its base URL, e.g. http://prometheus:9090)",
+    )
+    trace.add_argument(
+        "--demand", metavar="FILE.csv", help="one workload's demand trace: columns time, demand[, queue_max, queue_sum]"
+    )
+    replay_parser.add_argument(
+        "--since",
+        type=duration_arg,
+        metavar="DURATION",
+        help="with --prometheus: how far back to replay, at one point per 15 s (default: 7d)",
+    )
+    replay_parser.add_argument(
+        "--workload",
+        metavar="NAME",
+        help="the workload (its name in autoscaling.workloads) to replay; with --demand needed when there are "
+        "several, with --prometheus default every one",
+    )
+    replay_parser.add_argument("--format", choices=("table", "json"), default="table", help="what to print")
+    replay_parser.add_argument("--out", metavar="DIR", help="also write DIR/result.json")
+    replay_parser.set_defaults(handler=_replay)
+
+
+def _autoscaling(config: Config, path: str) -> AutoscalingConfig:
+    if config.autoscaling is None:
+        raise ValueError(
+            f"--config {path}: no autoscaling section, so no generated scaler to replay (docs/autoscaling.md)"
+        )
+    return config.autoscaling
+
+
+def _workloads(autoscaling: AutoscalingConfig, args: argparse.Namespace) -> tuple[ScaledWorkload, ...]:
+    """The workloads to replay: the one `--workload` names, else every one (a CSV holds one: the config's only)."""
+    workloads = autoscaling.workloads
+    names = ", ".join(workload.name for workload in workloads)
+    if args.workload is None:
+        if args.demand is not None and len(workloads) > 1:
+            raise ValueError(f"--demand holds one workload's demand: name it with --workload (one of {names})")
+        return workloads
+    for workload in workloads:
+        if workload.name == args.workload:
+            return (workload,)
+    raise ValueError(
+        f"--workload {args.workload}: not in autoscaling.workloads of {args.config} (its workloads: {names})"
+    )
+
+
+def _knee(workload: ScaledWorkload) -> int:
+    if workload.knee_concurrency is None:
+        raise ValueError(
+            f"workload {workload.name}: no knee_concurrency, so what one replica holds is unknown offline (the "
+            "capacity model stands in only in a running fleet); measure it with `plimsoll loadtest --write` or set "
+            "knee_concurrency"
+        )
+    return workload.knee_concurrency
+
+
+def _read_demand(path: str) -> tuple[DemandPoint, ...]:
+    try:
+        data = read_regular_file(path, MAX_DEMAND_BYTES)
+    except OSError as error:
+        raise ValueError(f"--demand {path}: cannot read it ({error.strerror})") from None
+    if len(data) > MAX_DEMAND_BYTES:
+        raise DemandError(f"{path}: over {MAX_DEMAND_BYTES >> 20} MiB; replay a shorter span or a coarser step")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DemandError(f"{path}: not UTF-8 text (byte {error.start}); save the CSV as UTF-8") from None
+    return parse_demand(text, path)
+
+
+def _price(config: Config, workload: ScaledWorkload) -> tuple[float | None, str | None]:
+    """What one replica-hour costs, or why the config cannot say."""
+    if workload.gpu is None:
+        return None, f"workload {workload.name} names no gpu (autoscaling.workloads[].gpu, gpus_per_replica)"
+    price = gpu_hour_price(config.gpu_hour_prices, workload.gpu)
+    if price is None:
+        return None, f"pricing.gpu_hour has no price for {workload.gpu}"
+    return price * workload.gpus_per_replica, None
+
+
+def _replayed(
+    config: Config, autoscaling: AutoscalingConfig, workload: ScaledWorkload, trace: Sequence[DemandPoint]
+) -> WorkloadReplay:
+    """The workload's generated scaler over `trace`, beside the baselines."""
+    knee = _knee(workload)
+    # The queue target as `plimsoll generate` writes it: one above the config's saturation.queue.
+    spec = scaler_spec(autoscaling, workload, config.saturation_queue)
+    bounds = (workload.min_replicas, workload.max_replicas)
+    price, unpriced = _price(config, workload)
+    return WorkloadReplay(
+        workload=workload,
+        trace=trace,
+        replay=replay(trace, spec, workload.startup_seconds, knee),
+        static_peak=static_peak(trace, knee, bounds),
+        oracle=oracle(trace, knee, workload.startup_seconds, bounds),
+        replica_hour_price=price,
+        unpriced=unpriced,
+    )
+
+
+def _traces(args: argparse.Namespace, workloads: Sequence[ScaledWorkload]) -> list[tuple[DemandPoint, ...]]:
+    """Each workload's demand trace, from the CSV or Prometheus."""
+    if args.demand is not None:
+        if args.since is not None:
+            raise ValueError("--since: applies to --prometheus only (a --demand CSV replays whole)")
+        return [_read_demand(args.demand)]
+    since = DEFAULT_SINCE_SECONDS if args.since is None else args.since
+    return [
+        asyncio.run(demand_from_prometheus(args.prometheus, workload.model, since, PROMETHEUS_STEP_SECONDS))
+        for workload in workloads
+    ]
+
+
+def _source(args: argparse.Namespace) -> dict[str, Any]:
+    if args.demand is not None:
+        return {"demand": args.demand}
+    since = DEFAULT_SINCE_SECONDS if args.since is None else args.since
+    return {"prometheus": args.prometheus, "since_seconds": since, "step_seconds": PROMETHEUS_STEP_SECONDS}
+
+
+def _print(document: dict[str, Any], output_format: str) -> None:
+    if output_format == "json":
+        print(json.dumps(document, indent=2))
+        return
+    output = Console(highlight=False, soft_wrap=True)
+    if not output.is_terminal:
+        output.width = _TABLE_WIDTH
+    output.print(result_table(document))
+
+
+def _replay(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    autoscaling = _autoscaling(config, args.config)
+    workloads = _workloads(autoscaling, args)
+    for workload in workloads:  # refused before any trace is read
+        _knee(workload)
+    traces = _traces(args, workloads)
+    results = [_replayed(config, autoscaling, w, trace) for w, trace in zip(workloads, traces, strict=True)]
+    document = result_document(_source(args), results)
+    written = None
+    if args.out is not None:
+        try:
+            written = write_result(Path(args.out), document)
+        except OSError as error:  # --out is a file, read-only, full: say which, not a traceback
+            raise ValueError(
+                f"--out {args.out}: cannot write {error.filename or args.out} ({error.strerror})"
+            ) from None
+    _print(document, args.format)
+    if written is not None:
+        print(f"wrote {shown(str(written))}", file=sys.stderr)  # stderr: stdout stays one JSON document
+    return EXIT_OK

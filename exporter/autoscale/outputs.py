@@ -1,0 +1,186 @@
+"""What `plimsoll autoscale replay` answers: one document (result.json, and `--format json`) holding, per workload,
+the generated scaler's figures, its decisions and the same figures for the baselines; the table is drawn from that
+document, so the two never disagree.
+"""
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from exporter.autoscale.demand import DemandPoint
+from exporter.autoscale.fleet import Run
+from exporter.autoscale.hpa import Decision
+from exporter.autoscale.replay import Replay
+from exporter.config import ScaledWorkload
+from exporter.display import plain
+from exporter.files import write_atomically
+
+RESULT_VERSION = 1
+RESULT_FILE = "result.json"
+# The table lists this many of the decisions that changed the replicas; the document holds every decision.
+TABLE_DECISIONS = 20
+
+
+@dataclass(frozen=True)
+class WorkloadReplay:
+    """One workload's replay and its baselines over one trace."""
+
+    workload: ScaledWorkload
+    trace: Sequence[DemandPoint]
+    replay: Replay
+    static_peak: Run
+    oracle: Run
+    replica_hour_price: float | None  # None: the config does not price this workload's GPUs
+    unpriced: str | None  # why there is no cost, in the words the table shows
+
+
+def _figures(run: Run, price: float | None) -> dict[str, Any]:
+    figures = run.figures
+    return {
+        "replica_hours": figures.replica_hours,
+        "cost": None if price is None else figures.replica_hours * price,
+        "overflow_seconds": figures.overflow_seconds,
+        "overflow_request_seconds": figures.overflow_request_seconds,
+        "peak_replicas": figures.peak_replicas,
+        "fleet": [[change.time, change.replicas, change.ready] for change in run.fleet],
+    }
+
+
+def _decision(decision: Decision) -> dict[str, Any]:
+    return {
+        "time": decision.time,
+        "metric": decision.metric,
+        "value": decision.value,
+        "proposed": decision.proposed_replicas,
+        "stabilized": decision.stabilized_replicas,
+        "current_replicas": decision.current_replicas,
+        "ready_replicas": decision.ready_replicas,
+        "replicas": decision.replicas,
+        "reason": decision.reason,
+    }
+
+
+def _workload(result: WorkloadReplay) -> dict[str, Any]:
+    workload = result.workload
+    price = result.replica_hour_price
+    return {
+        "model": workload.model,
+        "kind": workload.kind,
+        "name": workload.name,
+        "namespace": workload.namespace,
+        "min_replicas": workload.min_replicas,
+        "max_replicas": workload.max_replicas,
+        "startup_seconds": workload.startup_seconds,
+        "knee_concurrency": workload.knee_concurrency,
+        "signals": list(result.replay.signals),
+        "replica_hour_price": price,
+        "unpriced": result.unpriced,
+        "trace": {
+            "start": result.trace[0].time,
+            "end": result.trace[-1].time,
+            "samples": len(result.trace),
+            "demand": [[point.time, point.demand] for point in result.trace],
+        },
+        **_figures(result.replay.run, price),
+        "decisions": [_decision(decision) for decision in result.replay.decisions],
+        "baselines": {"static_peak": _figures(result.static_peak, price), "oracle": _figures(result.oracle, price)},
+    }
+
+
+def result_document(source: Mapping[str, Any], results: Sequence[WorkloadReplay]) -> dict[str, Any]:
+    """`source` says where the traces came from (the flags that named them)."""
+    return {"version": RESULT_VERSION, "source": dict(source), "workloads": [_workload(result) for result in results]}
+
+
+def write_result(out: Path, document: Mapping[str, Any]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / RESULT_FILE
+    write_atomically(path, json.dumps(document, indent=2) + "\n")
+    return path
+
+
+def _offset(seconds: float) -> str:
+    """A time into the trace as +h:mm:ss."""
+    whole = round(seconds)
+    return f"+{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def _cost(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def _figures_table(workload: Mapping[str, Any]) -> Table:
+    table = Table(box=None, pad_edge=False)
+    for heading in ("fleet", "replica-hours", "cost", "overflow s", "overflow request-s", "peak replicas"):
+        table.add_column(heading, justify="left" if heading == "fleet" else "right")
+    rows = (
+        ("generated scaler", workload),
+        ("static at peak", workload["baselines"]["static_peak"]),
+        ("oracle", workload["baselines"]["oracle"]),
+    )
+    for label, figures in rows:
+        table.add_row(
+            label,
+            f"{figures['replica_hours']:.2f}",
+            _cost(figures["cost"]),
+            f"{figures['overflow_seconds']:g}",
+            f"{figures['overflow_request_seconds']:g}",
+            str(figures["peak_replicas"]),
+        )
+    return table
+
+
+def _decisions_table(decisions: Sequence[Mapping[str, Any]], start: float) -> Table:
+    table = Table(box=None, pad_edge=False)
+    for heading in ("time", "metric", "value", "proposed", "replicas", "reason"):
+        table.add_column(heading, justify="left" if heading in ("metric", "reason") else "right")
+    for decision in decisions[:TABLE_DECISIONS]:
+        table.add_row(
+            _offset(decision["time"] - start),
+            decision["metric"],
+            f"{decision['value']:g}",
+            str(decision["proposed"]),
+            f"{decision['current_replicas']} -> {decision['replicas']}",
+            decision["reason"],
+        )
+    return table
+
+
+def _workload_lines(workload: Mapping[str, Any]) -> list[RenderableType]:
+    trace = workload["trace"]
+    start = trace["start"]
+    title = Text.assemble(
+        plain(f"{workload['namespace']}/{workload['name']}", "bold"),
+        " ",
+        plain(f"({workload['model']})"),
+        f": {trace['samples']} samples over {_offset(trace['end'] - start)[1:]} (h:mm:ss)",
+    )
+    lines: list[RenderableType] = [title, _figures_table(workload)]
+    if workload["unpriced"] is not None:
+        lines.append(plain(f"no cost: {workload['unpriced']}"))
+    decisions = workload["decisions"]
+    changes = [decision for decision in decisions if decision["replicas"] != decision["current_replicas"]]
+    lines.append(
+        Text(
+            f"{len(decisions)} scaling decisions: {len(changes)} changed the replicas (below, time into the trace), "
+            f"{len(decisions) - len(changes)} were held by a rule (--format json or --out lists every one)"
+        )
+    )
+    if changes:
+        lines.append(_decisions_table(changes, start))
+    if len(changes) > TABLE_DECISIONS:
+        lines.append(Text(f"... and {len(changes) - TABLE_DECISIONS} more changes"))
+    return lines
+
+
+def result_table(document: Mapping[str, Any]) -> Group:
+    lines: list[RenderableType] = []
+    for workload in document["workloads"]:
+        lines += [*_workload_lines(workload), Text("")]
+    return Group(*lines[:-1])
