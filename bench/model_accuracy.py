@@ -36,7 +36,13 @@ from exporter.capacity.fit import FittedTerms, TermObservation, fit_terms, term_
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.plan import CapacityPlan, plan
 from exporter.capacity.quantization import Quantization, from_config, from_flag
-from exporter.capacity.uncertainty import SHIPPED_SPREADS, TermSpreads, kv_cache_tokens_range
+from exporter.capacity.uncertainty import (
+    SHIPPED_SPREADS,
+    UNQUANTIZED,
+    TermSpreads,
+    kv_cache_tokens_range,
+    weights_format,
+)
 from exporter.catalog import CatalogError, find_gpu, load_model
 from exporter.core.units import GIB
 
@@ -97,7 +103,7 @@ def _model(name: str, online: str | None) -> tuple[ModelArchitecture, Quantizati
         quantization: Quantization | None = from_config(quant)
     else:
         quantization = INT8 if quant == "int8" else from_flag(quant) if quant else None
-    arch = load_model(preset)
+    arch = load_model(preset, from_hub=False)  # presets (and the local cache) only: a score never waits on the Hub
     if quantization is not None and quantization.method == "bitsandbytes" and arch.quantization is not None:
         quantization = None  # a pre-quantized checkpoint: its own config decides
     return arch, quantization
@@ -228,6 +234,7 @@ def observation(entry: dict[str, Any]) -> TermObservation:
         activation_bytes=activation,
         weights_bytes=weights,
         cuda_graph_bytes=gib.get("cudagraph_estimate_gib"),
+        weights_format=weights_format(predicted.deployment.quantization) if predicted is not None else UNQUANTIZED,
     )
 
 
@@ -318,6 +325,62 @@ def leave_one_source_out(entries: Sequence[dict[str, Any]]) -> list[Scored]:
     return results
 
 
+FAMILIES = ("dense", "MoE", "MLA", "VLM", "quantized")
+
+
+def families(entry: dict[str, Any], setup: Setup | None) -> tuple[str, ...]:
+    """The rows of the family table a log counts in: its architecture (from the preset, or the entry's `family`
+    where no preset prices it), and "quantized" too where its weights are."""
+    if setup is None:
+        kind = str(entry.get("family") or "dense")
+    else:
+        arch = setup.arch
+        kind = "VLM" if arch.vision else "MLA" if arch.mla else "MoE" if arch.moe else "dense"
+    quantized = entry.get("quantization") or (setup is not None and setup.reference.deployment.quantization)
+    return (kind, "quantized") if quantized else (kind,)
+
+
+@dataclass(frozen=True)
+class FamilyRow:
+    family: str
+    logs: int
+    refused: int
+    scored: int  # logs with a GPU size and KV tokens to score end to end
+    in_sample: tuple[float, float] | None  # median and worst abs error of the end-to-end KV tokens
+    out_of_sample: tuple[float, float] | None
+    coverage: float | None  # share of logs inside the leave-one-source-out range
+
+
+def family_summary(entries: Sequence[dict[str, Any]], loso: Sequence[Scored]) -> list[FamilyRow]:
+    """The end-to-end KV-token figures per family, and how many of the family's logs have no preset at all."""
+    member = {e["id"]: families(e, _setup(e)) for e in entries}
+    rows = []
+    for family in FAMILIES:
+        ids = [e["id"] for e in entries if family in member[e["id"]]]
+        scored = [s for s in loso if family in member[s.id]]
+        refused = sum(_setup(e) is None for e in entries if family in member[e["id"]])
+
+        def errors(values: list[float]) -> tuple[float, float] | None:
+            return (statistics.median(values), max(values)) if values else None
+
+        rows.append(
+            FamilyRow(
+                family,
+                len(ids),
+                refused,
+                len(scored),
+                errors([abs(s.in_sample / s.observed - 1) for s in scored]),
+                errors([abs(s.out_of_sample / s.observed - 1) for s in scored]),
+                sum(s.covered() for s in scored) / len(scored) if scored else None,
+            )
+        )
+    return rows
+
+
+def _pair(pair: tuple[float, float] | None) -> str:
+    return f"{pair[0]:.1%} / {pair[1]:.1%}" if pair else "-"
+
+
 def _error(pair: tuple[float, float] | None) -> float | None:
     if pair is None or not pair[1]:
         return None
@@ -386,6 +449,19 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|")
     for label, count, coverage, width in range_summary(loso):
         print(f"| {label} | {count} | {coverage:.0%} | {width:.1%} |")
+    print()
+    print(
+        "| family | logs | refused (no preset) | scored end to end | KV tokens in-sample, median / worst "
+        "| leave one source out, median / worst | range holds it (out of sample) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for row in family_summary(entries, loso):
+        coverage = "-" if row.coverage is None else f"{row.coverage:.0%}"
+        refused = f"{row.refused} ({row.refused / max(row.logs, 1):.0%})"
+        print(
+            f"| {row.family} | {row.logs} | {refused} | {row.scored} | {_pair(row.in_sample)} "
+            f"| {_pair(row.out_of_sample)} | {coverage} |"
+        )
     if not args.markdown:
         print("\nLeft out one source at a time (in-sample error -> out-of-sample error, range):")
         for s in loso:

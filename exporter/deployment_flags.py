@@ -6,6 +6,7 @@ Every flag also answers to vLLM's and SGLang's spelling of it (`--tensor-paralle
 
 import argparse
 import functools
+import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -13,6 +14,7 @@ from typing import Any, NoReturn
 
 from exporter import display
 from exporter.capacity import quantization
+from exporter.capacity.activation import MM_ENCODER_TP_MODES
 from exporter.capacity.architecture import MAX_POSITIONS
 from exporter.capacity.deployment import Deployment
 from exporter.capacity.gpus import GpuSpec
@@ -79,6 +81,35 @@ def _layer_partition_arg(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{display.shown(text)}: expected layer counts such as 24,24,23,23") from None
 
 
+_MAX_MM_ITEMS = 1_000_000  # items of one modality in one prompt; vLLM's default is 999
+_MAX_MM_TEXT = 1000  # characters of a --limit-mm-per-prompt value
+
+
+def _mm_limits_arg(text: str) -> tuple[tuple[str, int], ...]:
+    """vLLM's --limit-mm-per-prompt: JSON ('{"image": 0, "video": 1}', a count or {"count": N} per modality) or
+    its older spelling image=0,video=1."""
+    example = 'expected a JSON object such as {"image": 0} or image=2,video=0'
+    if len(text) > _MAX_MM_TEXT:
+        raise argparse.ArgumentTypeError(f"longer than {_MAX_MM_TEXT} characters; {example}")
+    try:
+        parsed = json.loads(text) if text.lstrip().startswith("{") else dict(p.split("=", 1) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{display.shown(text)}: {example}") from None
+    limits = []
+    for modality, value in parsed.items():
+        count = value.get("count") if isinstance(value, dict) else value
+        number = count if isinstance(count, int) and not isinstance(count, bool) else None
+        if isinstance(count, str) and count.strip().isdecimal():
+            number = int(count)
+        if number is None or not 0 <= number <= _MAX_MM_ITEMS or not str(modality).strip().isidentifier():
+            raise argparse.ArgumentTypeError(
+                f"{display.shown(str(modality))}: {display.shown(str(value))} is not a count from 0 to "
+                f"{_MAX_MM_ITEMS:,}; {example}"
+            )
+        limits.append((str(modality).strip(), number))
+    return tuple(sorted(limits))
+
+
 def _deployment_arguments(p: argparse._ActionsContainer) -> None:
     def add(flag: str, **kwargs: Any) -> None:
         p.add_argument(flag, *_ALIASES.get(flag, ()), **kwargs)
@@ -120,6 +151,17 @@ def _deployment_arguments(p: argparse._ActionsContainer) -> None:
         dest="kv_cache_memory",
         type=at_most(engine_int, MAX_GPU_MEMORY_BYTES, f"up to {MAX_GPU_TIB}T ({MAX_GPU_TIB} TiB)"),
         help="vLLM's own flag, in vLLM's units (8G = 8 GiB, 8g = 8e9): the same as --kv-cache-memory",
+    )
+    add(
+        "--limit-mm-per-prompt",
+        type=_mm_limits_arg,
+        help='multimodal items per prompt, as vLLM\'s flag: \'{"image": 0}\' (with "video": 0 for a model that '
+        "reads video) serves the model language-only, without its vision tower or the encoder's profiling run",
+    )
+    add(
+        "--mm-encoder-tp-mode",
+        choices=MM_ENCODER_TP_MODES,
+        help="vLLM's: weights splits the vision tower over TP (default), data keeps a copy per GPU",
     )
     add("--quantization", help="online quantization of a 16-bit checkpoint: fp8 or bitsandbytes")
     add("--enforce-eager", action="store_true", help="no CUDA graphs")
@@ -275,4 +317,6 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
         quantization=quantization.from_flag(args.quantization) if args.quantization else None,
         vllm_version=args.vllm_version,
         pp_layer_partition=args.pp_layer_partition,
+        mm_limits=args.limit_mm_per_prompt or (),
+        mm_encoder_tp_mode=_or(args.mm_encoder_tp_mode, "weights"),
     )

@@ -48,6 +48,8 @@ SETTINGS: tuple[EngineSpellings, ...] = (
     # vLLM's own flag, read with vLLM's own units (8G is 8 GiB there): Plimsoll's --kv-cache-memory is separate.
     EngineSpellings("--kv-cache-memory-bytes", ("--kv-cache-memory-bytes",), ()),
     EngineSpellings("--quantization", ("--quantization", "-q"), ("--quantization",)),
+    EngineSpellings("--limit-mm-per-prompt", ("--limit-mm-per-prompt",), ()),
+    EngineSpellings("--mm-encoder-tp-mode", ("--mm-encoder-tp-mode",), ()),
     EngineSpellings("--enforce-eager", ("--enforce-eager",), ("--disable-cuda-graph",), switch=True),
 )
 

@@ -5,9 +5,68 @@ each term follows what the profiling run allocates; the constants in `assumption
 """
 
 import math
+from dataclasses import dataclass
 
 from exporter.capacity import assumptions as A
 from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.deployment import Deployment
+
+MM_ENCODER_TP_MODES = ("weights", "data")
+
+
+@dataclass(frozen=True)
+class EncoderProfile:
+    """The dummy multimodal batch of vLLM's profiling run: `items` images of the largest size."""
+
+    items: int
+    tokens_per_item: int
+    budget: int  # the encoder cache budget, in language-model tokens
+
+
+def _limit(d: Deployment, modality: str) -> int:
+    return dict(d.mm_limits).get(modality, A.VLLM_MM_ITEMS_PER_PROMPT)
+
+
+def language_only(arch: ModelArchitecture, d: Deployment) -> bool:
+    """Every modality of a multimodal model turned off by --limit-mm-per-prompt: vLLM then neither loads the
+    vision tower nor profiles it (its "language-only mode")."""
+    vision = arch.vision
+    return vision is not None and _limit(d, "image") == 0 and not (vision.has_video and _limit(d, "video"))
+
+
+def encoder_profile(
+    arch: ModelArchitecture, d: Deployment, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int
+) -> EncoderProfile | None:
+    """What vLLM V1 profiles the vision tower with (`MultiModalBudget` in vllm/multimodal/budget.py and
+    `compute_mm_encoder_budget` in vllm/v1/core/encoder_cache_manager.py, vllm-project/vllm).
+
+    The encoder's compute budget and its cache both default to max_num_batched_tokens, raised to the largest item's
+    token count so that one item always fits; the smaller of the two is the budget. The profiling batch holds as
+    many largest items as the budget has room for, but at most max_num_seqs prompts' worth (a prompt holds the
+    modality's limit, or as many as fit in max_model_len, at least one), and never fewer than one. Images only:
+    a video's dummy (Qwen-VL, InternVL) is not modelled, nor V0's profiling (vLLM before 0.8). None for a text
+    model, an image-less deployment, or a family whose largest image is not known."""
+    vision = arch.vision
+    if vision is None or not vision.image_tokens or not _limit(d, "image"):
+        return None
+    tokens = vision.image_tokens
+    budget = max(max_num_batched_tokens, tokens)
+    per_prompt = max(1, min(_limit(d, "image"), max_model_len // tokens))
+    items = max(1, min(budget // tokens, max_num_seqs * per_prompt))
+    return EncoderProfile(items=items, tokens_per_item=tokens, budget=budget)
+
+
+def _encoder_peak_bytes(arch: ModelArchitecture, profile: EncoderProfile, tp: int, mode: str, dtype_bytes: int) -> int:
+    """Peak of the dummy images' pass through the tower on one GPU. "weights" mode splits the MLP over TP ranks;
+    "data" mode gives each rank whole images, ceil(items / TP) of them."""
+    vision = arch.vision
+    assert vision is not None
+    images = math.ceil(profile.items / tp) if mode == "data" else profile.items
+    split = 1 if mode == "data" else tp
+    pixels = vision.num_channels * vision.temporal_patch_size * vision.patch_size**2
+    intermediates = (3 if vision.gated_mlp else 2) * vision.intermediate_size / split
+    per_patch = A.ENCODER_HIDDEN_COPIES * vision.hidden_size + intermediates + pixels
+    return round(images * vision.image_patches * per_patch * dtype_bytes)
 
 
 def _widest_layer_per_token(arch: ModelArchitecture, tp: int) -> float:
@@ -25,16 +84,28 @@ def _widest_layer_per_token(arch: ModelArchitecture, tp: int) -> float:
 
 
 def activation_peak_bytes(
-    arch: ModelArchitecture, tp: int, max_num_batched_tokens: int, max_num_seqs: int, dtype_bytes: int = 2
+    arch: ModelArchitecture,
+    tp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    dtype_bytes: int = 2,
+    encoder: EncoderProfile | None = None,
+    mm_encoder_tp_mode: str = "weights",
 ) -> int:
-    """Peak of vLLM's profiling run: the larger of the forward pass and the sampler pass."""
+    """Peak of vLLM's profiling run: the larger of the forward pass and the sampler pass, and for a multimodal
+    model first the vision tower's pass over the dummy images (`encoder`), whose embeddings stay cached through
+    the text passes."""
     hidden = A.ACTIVATION_HIDDEN_COPIES * arch.hidden_size
     forward = max_num_batched_tokens * (hidden + _widest_layer_per_token(arch, tp)) * dtype_bytes
     rows = min(max_num_seqs, max_num_batched_tokens)
     vocab = math.ceil(arch.vocab_size / 64) * 64
     # Logits are gathered to the full vocabulary on every rank and sampled in float32.
     sampler = rows * vocab * 4 * A.LOGITS_FP32_COPIES + max_num_batched_tokens * arch.hidden_size * dtype_bytes
-    return round(max(forward, sampler))
+    if encoder is None:
+        return round(max(forward, sampler))
+    cached = encoder.items * encoder.tokens_per_item * arch.hidden_size * dtype_bytes
+    tower = _encoder_peak_bytes(arch, encoder, tp, mm_encoder_tp_mode, dtype_bytes)
+    return round(max(tower, cached + max(forward, sampler)))
 
 
 def non_torch_bytes(tp: int, pp: int) -> int:

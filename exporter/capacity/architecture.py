@@ -8,7 +8,7 @@ The file may be corrupt or hostile, so every field read is checked here, and onl
 model could have (the bounds below); the plan downstream trusts the architecture it gets.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -47,11 +47,19 @@ class MLA:
 
 @dataclass(frozen=True)
 class VisionTower:
+    """The vision encoder and its projector, and the largest image vLLM's profiling run feeds it."""
+
     hidden_size: int
     intermediate_size: int
     num_layers: int
     patch_size: int
     num_channels: int
+    temporal_patch_size: int = 1  # Qwen-VL embeds two frames per patch (an image is repeated)
+    gated_mlp: bool = False  # SwiGLU blocks (Qwen2.5-VL, Pixtral) rather than fc1/fc2 (CLIP, SigLIP, InternViT)
+    projector: tuple[tuple[int, int], ...] = ()  # (inputs, outputs) of each linear layer after the tower
+    image_tokens: int = 0  # the largest image's tokens in the language model; 0: not known for this family
+    image_patches: int = 0  # the encoder's sequence for that image
+    has_video: bool = False  # a second modality vLLM profiles unless --limit-mm-per-prompt turns it off too
 
 
 @dataclass(frozen=True)
@@ -341,22 +349,125 @@ def _moe(config: dict[str, Any], num_layers: int, source: str) -> MoE | None:
     )
 
 
-def _vision(config: dict[str, Any], source: str) -> VisionTower | None:
+# Families whose processors size vLLM's dummy image from the preprocessor's pixel limit, not from config.json:
+# Qwen2-VL and Qwen2.5-VL's default max_pixels 12,845,056 over (14 x 2)^2 pixels a token, and Qwen3-VL's
+# 16,777,216 over (16 x 2)^2, are both 16,384 tokens (the encoder cache budget vLLM logs for them).
+_QWEN_VL = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
+_QWEN_VL_IMAGE_TOKENS = 16384
+_INTERNVL = frozenset({"internvl", "internvl_chat"})
+# Llama 4's processor tiles the largest image into 16 tiles plus a global view (max_patches in its preprocessor).
+_LLAMA4_TILES = 16 + 1
+_INTERNVL_DEFAULT_TILES = 12  # max_dynamic_patch, before the thumbnail
+
+
+def _side(value: object, named: str, source: str) -> int:
+    """An image or patch size, written as one number or as [height, width] (the transformers InternVL configs)."""
+    if isinstance(value, list) and value:
+        value = max(value)
+    return _in_range(value, named, source, 1, MAX_WIDTH)
+
+
+def _merge(config: dict[str, Any], vision: dict[str, Any], source: str) -> int:
+    """Patches merged into one token along each side: Qwen-VL and Pixtral's spatial_merge_size, or the pixel
+    shuffle of InternVL (downsample_ratio) and Llama 4 (pixel_shuffle_ratio), 0.5 -> 2."""
+    merge = vision.get("spatial_merge_size") or config.get("spatial_merge_size")
+    if merge is not None:
+        return _in_range(merge, "spatial_merge_size", source, 1, MAX_HEADS)
+    for where, key in ((config, "downsample_ratio"), (vision, "pixel_shuffle_ratio")):
+        ratio = where.get(key)
+        if isinstance(ratio, int | float) and not isinstance(ratio, bool) and 0 < ratio <= 1:
+            return round(1 / ratio)
+    return 1
+
+
+def _projector(
+    family: str,
+    config: dict[str, Any],
+    width: int,
+    merged: int,
+    out: int,
+    text_hidden: int,
+    size: Callable[[str, int], int],
+) -> tuple[tuple[int, int], ...]:
+    """The linear layers between the tower and the language model, as each family's vLLM model builds them."""
+    if family in _QWEN_VL:  # the patch merger, again for each DeepStack level (Qwen3-VL)
+        levels = 1 + len(config["vision_config"].get("deepstack_visual_indexes") or [])
+        return ((merged, merged), (merged, out)) * levels
+    if family == "mistral3":  # Pixtral's patch merger, then a two-layer MLP
+        return ((merged, width), (width, text_hidden), (text_hidden, text_hidden))
+    if family == "gemma3":
+        return ((width, text_hidden),)
+    if family == "llama4":  # the pixel-shuffle MLP, then the projector into the text model
+        inner = size("projector_input_dim", text_hidden)
+        outer = size("projector_output_dim", inner)
+        return ((merged, inner), (inner, outer), (size("vision_output_dim", outer), text_hidden))
+    return ((merged, text_hidden), (text_hidden, text_hidden))  # LLaVA, InternVL: a two-layer MLP
+
+
+def _largest_image(
+    family: str, config: dict[str, Any], side: int, image: int, merge: int, source: str
+) -> tuple[int, int]:
+    """(tokens, encoder patches) of the largest image the family's vLLM processor makes, the profiling run's dummy.
+
+    `side` is the patches along one side of one tile (image_size / patch_size; 0 where the config gives no
+    image_size), `image` the tile's pixels."""
+    if family in _QWEN_VL:
+        return _QWEN_VL_IMAGE_TOKENS, _QWEN_VL_IMAGE_TOKENS * merge * merge
+    if not side:
+        return 0, 0
+    tokens_per_tile = side * side // (merge * merge)
+    if family == "gemma3":
+        tokens = _optional(config, "mm_tokens_per_image", source, most=MAX_POSITIONS) or tokens_per_tile
+        return tokens, side * side
+    if family == "mistral3":  # one image at full size, with an [IMG_BREAK] token closing each row
+        rows = side // merge
+        return rows * rows + rows, side * side
+    if family in {"llava_next", "llava_onevision"}:  # the base tile, then the best grid of tiles, a newline a row
+        grids = [
+            (_side(h, "image_grid_pinpoints[]", source) // image, _side(w, "image_grid_pinpoints[]", source) // image)
+            for h, w in config.get("image_grid_pinpoints") or [[image, image]]
+        ]
+        tokens = max(side * side + (h * side) * (w * side) + h * side for h, w in grids)
+        return tokens, (1 + max(h * w for h, w in grids)) * (side * side + 1)
+    if family in _INTERNVL:  # dynamic tiles, plus a thumbnail
+        tiles = _optional(config, "max_dynamic_patch", source, most=MAX_HEADS) or _INTERNVL_DEFAULT_TILES
+        tiles += 1 if config.get("use_thumbnail", True) else 0
+        return tiles * tokens_per_tile, tiles * (side * side + 1)
+    if family == "llama4":
+        return _LLAMA4_TILES * tokens_per_tile, _LLAMA4_TILES * (side * side + 1)
+    return tokens_per_tile, side * side
+
+
+def _vision(config: dict[str, Any], text_hidden: int, source: str) -> VisionTower | None:
     vision = config.get("vision_config")
-    if not isinstance(vision, dict) or not vision.get("hidden_size"):
+    if not isinstance(vision, dict) or not (vision.get("hidden_size") or vision.get("embed_dim")):
         return None
-    hidden = _in_range(vision["hidden_size"], "vision_config.hidden_size", source, 1, MAX_WIDTH)
 
     def size(key: str, default: int, least: int = 1) -> int:
         value = vision.get(key)
         return default if value is None else _in_range(value, f"vision_config.{key}", source, least, MAX_WIDTH)
 
+    # Qwen2-VL names the tower's width embed_dim and its output hidden_size.
+    width = size("embed_dim", 0, least=0) or size("hidden_size", 1)
+    out = size("out_hidden_size", 0, least=0) or (size("hidden_size", 1) if vision.get("embed_dim") else text_hidden)
+    family = str(config.get("model_type", ""))
+    patch = _side(vision.get("patch_size", 14), "vision_config.patch_size", source)
+    image = _side(vision["image_size"], "vision_config.image_size", source) if vision.get("image_size") else 0
+    merge = _merge(config, vision, source)
+    tokens, patches = _largest_image(family, config, image // patch, image, merge, source)
+    channels = next((vision[k] for k in ("num_channels", "in_chans", "in_channels") if vision.get(k)), 3)
     return VisionTower(
-        hidden_size=hidden,
-        intermediate_size=size("intermediate_size", 4 * hidden),
+        hidden_size=width,
+        intermediate_size=size("intermediate_size", 0, least=0) or size("mlp_ratio", 4) * width,
         num_layers=size("num_hidden_layers", 0, least=0) or size("depth", 0, least=0),
-        patch_size=size("patch_size", 14),
-        num_channels=size("num_channels", 3),
+        patch_size=patch,
+        num_channels=_in_range(channels, "vision_config.num_channels", source, 1, MAX_HEADS),
+        temporal_patch_size=size("temporal_patch_size", 1),
+        gated_mlp=vision.get("hidden_act") == "silu",
+        projector=_projector(family, config, width, width * merge * merge, out, text_hidden, size),
+        image_tokens=tokens,
+        image_patches=patches,
+        has_video=family in _QWEN_VL or family in _INTERNVL or family == "llava_onevision",
     )
 
 
@@ -449,8 +560,12 @@ def _quantization(body: dict[str, Any], config: dict[str, Any], source: str) -> 
         raise ModelConfigError(f"{source}: {_text(str(error), 300)}") from None
 
 
+_TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
+
+
 def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> ModelArchitecture:
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
+    # A multimodal config nests its language model; InternVL's chat checkpoints call it llm_config.
+    text = next((config[k] for k in _TEXT_CONFIG_KEYS if isinstance(config.get(k), dict)), None)
     body = {**config, **text} if text else config
     if "model_type" in config and text is not None:
         body["model_type"] = text.get("model_type", config["model_type"])
@@ -485,6 +600,6 @@ def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> Mo
         moe=_moe(body, layers, source),
         mla=_mla(body, source),
         quantization=_quantization(body, config, source),
-        vision=_vision(config, source),
+        vision=_vision(config, hidden, source),
         rope_scaling=_rope_scaling(body, source),
     )

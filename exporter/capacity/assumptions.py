@@ -33,6 +33,15 @@ ACTIVATION_HIDDEN_COPIES = 3  # residual, normed input and layer output live tog
 # batch flags (Llama-3.1-8B, Gemma 2 2B/27B, Qwen2.5-7B, gpt-oss-20b): logits, probabilities, sort buffers.
 LOGITS_FP32_COPIES = 3.75
 
+# Multimodal encoder in vLLM's profiling run (V1: the dummy images go through the vision tower before the text
+# dummy run, and their embeddings stay in the encoder cache through it). At a tower block's MLP the residual, the
+# normed input and the block's output live beside the MLP's intermediates (fc1 and its activation; gate, up and
+# their product in a SwiGLU tower), and the dummy pixels stay alive throughout. The copies are counted as the
+# text model's are; the one check is the Qwen2.5-VL-7B L4 log of issue 18 (tests/capacity/test_multimodal.py).
+ENCODER_HIDDEN_COPIES = 3
+# vLLM's default --limit-mm-per-prompt for a modality the flag does not name (999 since V1; V0 allowed 1).
+VLLM_MM_ITEMS_PER_PROMPT = 999
+
 # Memory outside PyTorch's allocator that grows during profiling (cuBLAS workspaces; NCCL buffers once TP > 1).
 # vLLM v0.19 logs: 0.24-0.26 GiB on one H100, about 2.1 GiB per GPU at TP 2 and 4 (NCCL, custom all-reduce).
 NON_TORCH_BYTES_SINGLE_GPU = round(0.25 * GIB)

@@ -32,6 +32,11 @@ class Deployment:
     vllm_version: tuple[int, int] | None = None  # None: current vLLM
     # Layers per pipeline stage as vLLM's VLLM_PP_LAYER_PARTITION gives them; None: vLLM's own split.
     pp_layer_partition: tuple[int, ...] | None = None
+    # Items per prompt by modality, vLLM's --limit-mm-per-prompt ({"image": 0} -> (("image", 0),)); a modality not
+    # named keeps vLLM's default.
+    mm_limits: tuple[tuple[str, int], ...] = ()
+    # vLLM's --mm-encoder-tp-mode: "weights" splits the vision tower over TP, "data" gives each rank a whole copy.
+    mm_encoder_tp_mode: str = "weights"
 
     @property
     def gpus(self) -> int:

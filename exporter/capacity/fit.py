@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from exporter.capacity.uncertainty import Spread, TermSpreads, Version
+from exporter.capacity.uncertainty import UNQUANTIZED, Spread, TermSpreads, Version
 from exporter.core.units import GIB
 
 # A version needs this many logs printing a term before its own median and spread are used instead of those of
@@ -31,6 +31,7 @@ class TermObservation:
     activation_bytes: tuple[int, int] | None = None  # (predicted from the shape, unscaled; logged)
     weights_bytes: tuple[int, int] | None = None  # (predicted, logged)
     cuda_graph_bytes: int | None = None  # vLLM's own printed estimate
+    weights_format: str = UNQUANTIZED  # uncertainty.weights_format of the checkpoint
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,11 @@ def term_spreads(observations: Sequence[TermObservation], fitted: FittedTerms) -
     weights = [
         logged / predicted - 1 for o in observations if o.weights_bytes for predicted, logged in [o.weights_bytes]
     ]
+    weights_by_format: dict[str, list[float]] = {}
+    for o in observations:
+        if o.weights_bytes:
+            predicted, logged = o.weights_bytes
+            weights_by_format.setdefault(o.weights_format, []).append(logged / predicted - 1)
     activation = [
         (o.version, logged / fitted.activation(predicted, o.version) - 1)
         for o in observations
@@ -133,4 +139,5 @@ def term_spreads(observations: Sequence[TermObservation], fitted: FittedTerms) -
         non_torch_multi_gpu=spread([e for m, _, e in non_torch if m], _bytes),
         non_torch_by_version=tuple(non_torch_by_version),
         cuda_graphs=spread(graphs, _bytes),
+        weights_by_format=tuple((f, spread(e, _fraction)) for f, e in sorted(weights_by_format.items())),
     )

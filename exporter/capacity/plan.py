@@ -10,14 +10,28 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from exporter.capacity import assumptions as A
-from exporter.capacity.activation import activation_peak_bytes, cuda_graph_bytes, non_torch_bytes
+from exporter.capacity.activation import (
+    EncoderProfile,
+    activation_peak_bytes,
+    cuda_graph_bytes,
+    encoder_profile,
+    language_only,
+    non_torch_bytes,
+)
 from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.candidates import GPUS_PER_NODE, MAX_GPUS_PER_REPLICA, layouts, precisions
 from exporter.capacity.deployment import Deployment, PipelineStage, pipeline_stages
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import KvLayout, KvPool, kv_dtype_bytes, kv_layout, kv_pool
 from exporter.capacity.uncertainty import kv_cache_tokens_range
-from exporter.capacity.weights import WeightBreakdown, weight_breakdown, weight_dtype_bytes
+from exporter.capacity.weights import (
+    VISION_REPLICATED,
+    VISION_SHARDED,
+    VISION_SKIPPED,
+    WeightBreakdown,
+    weight_breakdown,
+    weight_dtype_bytes,
+)
 from exporter.core.units import format_gib
 from exporter.display import shown
 
@@ -198,7 +212,15 @@ def _evaluate_stage(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, stage:
     sglang = d.engine == "sglang"
     dtype_bytes = weight_dtype_bytes(arch, d.dtype)
     weights = weight_breakdown(
-        arch, tp, stage, d.dtype, d.quantization, d.vllm_version, d.data_parallel, d.expert_parallel
+        arch,
+        tp,
+        stage,
+        d.dtype,
+        d.quantization,
+        d.vllm_version,
+        d.data_parallel,
+        d.expert_parallel,
+        _vision_placement(arch, d),
     )
     # Each data-parallel engine keeps its own KV pool, laid out as one TP x PP engine's.
     layout = kv_layout(arch, tp, stage, kv_dtype_bytes(d.kv_cache_dtype, dtype_bytes))
@@ -210,11 +232,14 @@ def _evaluate_stage(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, stage:
         activation = non_torch = graphs = 0
         kv_budget = d.kv_cache_memory_bytes
         lines.append(BreakdownLine("KV cache budget", kv_budget, "given by --kv-cache-memory"))
-        lines.append(BreakdownLine("weights", weights.per_gpu_bytes, _weights_how(weights, d)))
+        lines.append(BreakdownLine("weights", weights.per_gpu_bytes, _weights_how(arch, weights, d)))
         # vLLM allocates the pool it is told to; weights beside it must still fit on the GPU.
         room = gpu.memory_bytes - weights.per_gpu_bytes
     else:
-        activation = activation_peak_bytes(arch, tp, d.max_num_batched_tokens, d.max_num_seqs, dtype_bytes)
+        encoder = encoder_profile(arch, d, d.max_model_len, d.max_num_batched_tokens, d.max_num_seqs)
+        activation = activation_peak_bytes(
+            arch, tp, d.max_num_batched_tokens, d.max_num_seqs, dtype_bytes, encoder, d.mm_encoder_tp_mode
+        )
         non_torch = non_torch_bytes(tp * d.data_parallel, pp)
         graphs = cuda_graph_bytes(d.cuda_graphs_in_budget)
         if sglang:
@@ -225,8 +250,8 @@ def _evaluate_stage(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, stage:
         share = "mem_fraction_static" if sglang else "gpu_memory_utilization"
         lines += [
             BreakdownLine("budget", budget, f"GPU memory x {share} {d.gpu_memory_utilization:g}"),
-            BreakdownLine("weights", weights.per_gpu_bytes, _weights_how(weights, d), "-"),
-            BreakdownLine("activation peak", activation, _activation_how(d), "-"),
+            BreakdownLine("weights", weights.per_gpu_bytes, _weights_how(arch, weights, d), "-"),
+            BreakdownLine("activation peak", activation, _activation_how(d, encoder), "-"),
             BreakdownLine(
                 "non-torch memory",
                 non_torch,
@@ -265,10 +290,21 @@ def _evaluate_stage(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, stage:
     )
 
 
-def _activation_how(d: Deployment) -> str:
+def _activation_how(d: Deployment, encoder: EncoderProfile | None) -> str:
     if d.engine == "sglang":
         return "outside mem_fraction_static: SGLang leaves the rest of the GPU to activations"
-    return f"profiling run of {d.max_num_batched_tokens} batched tokens, {d.max_num_seqs} sequences"
+    how = f"profiling run of {d.max_num_batched_tokens} batched tokens, {d.max_num_seqs} sequences"
+    if encoder is not None:
+        images = f"{encoder.items} image{'s' if encoder.items > 1 else ''}"
+        tokens, budget = f"{encoder.tokens_per_item:,}", f"{encoder.budget:,}"
+        how += f", after {images} of {tokens} tokens through the vision tower (encoder budget {budget})"
+    return how
+
+
+def _vision_placement(arch: ModelArchitecture, d: Deployment) -> str:
+    if language_only(arch, d):
+        return VISION_SKIPPED
+    return VISION_REPLICATED if d.mm_encoder_tp_mode == "data" else VISION_SHARDED
 
 
 def _graphs_how(d: Deployment) -> str:
@@ -281,7 +317,7 @@ def _graphs_how(d: Deployment) -> str:
     return "outside the KV budget before vLLM 0.21"
 
 
-def _weights_how(weights: WeightBreakdown, d: Deployment) -> str:
+def _weights_how(arch: ModelArchitecture, weights: WeightBreakdown, d: Deployment) -> str:
     quant = d.quantization.label if d.quantization else f"{d.dtype} (16-bit)" if d.dtype == "auto" else d.dtype
     split = f"split over TP {d.tensor_parallel}"
     if d.pipeline_parallel > 1:
@@ -291,7 +327,9 @@ def _weights_how(weights: WeightBreakdown, d: Deployment) -> str:
         split += f", DP {d.data_parallel} engines with {experts} over DP x TP {d.data_parallel * d.tensor_parallel}"
     elif d.expert_parallel and d.tensor_parallel > 1:
         split += ", whole experts (EP)"
-    return f"{weights.total_parameters / 1e9:.2f}B parameters, {quant}, {split}"
+    vision = {VISION_SKIPPED: ", vision tower not loaded", VISION_REPLICATED: ", vision tower whole on each GPU"}
+    tower = vision.get(_vision_placement(arch, d), "") if arch.vision is not None else ""
+    return f"{weights.total_parameters / 1e9:.2f}B parameters, {quant}, {split}{tower}"
 
 
 def _kv_how(arch: ModelArchitecture, layout: KvLayout, tp: int, d: Deployment) -> str:

@@ -5,15 +5,31 @@ the model dtype (that is what vLLM loads for each of them). MXFP4 checkpoints (g
 only. The scale overhead matters: 4-bit AWQ at group size 128 costs 0.52 bytes a weight, not 0.5.
 
 What vLLM keeps after loading is what counts, not what the checkpoint stores:
-- GPTQ with symmetric quantization (`sym: true`, the GPTQ default) runs on Marlin, which drops the checkpoint's
-  zero points (`marlin_make_empty` in place of `qzeros`); AWQ keeps its zero points (repacked, same size).
+- GPTQ runs on Marlin (vllm/model_executor/layers/quantization/gptq_marlin.py) where the checkpoint is symmetric
+  (`sym: true`, the GPTQ default), 4- or 8-bit, with a group of 32, 64, 128 or one per channel; Marlin drops the
+  zero points (`marlin_make_empty` in place of `qzeros`). Any other GPTQ checkpoint falls back to the plain GPTQ
+  kernel (gptq.py), which keeps `qzeros`. AWQ keeps its zero points (repacked by awq_marlin, same size).
+  Act-order (`desc_act`) adds one int32 group index and one sort index per input row: a few bytes per row of
+  thousands of weights, not counted.
+- compressed-tensors (compressed_tensors/schemes/): FP8 weights (dynamic or static activations) cost a byte, plus
+  one fp32 scale per tensor or output channel, or per block where the strategy is "block"; INT8 W8A8 a byte with
+  per-channel scales; W4A16/W8A16 (`pack-quantized`) packed integers plus a 16-bit scale per group, and a packed
+  zero point per group where asymmetric; NVFP4 (`nvfp4-pack-quantized`) half a byte plus an fp8 scale per 16.
+- ModelOpt (modelopt.py): `quant_algo` FP8 and its per-channel and block variants cost a byte; NVFP4 half a byte
+  plus an fp8 scale per 16 (`group_size`); MXFP8 a byte plus an e8m0 scale per 32. config.json carries it as
+  `quantization_config` (`quant_method: modelopt`, with `quant_algo` flat or nested under `quantization`).
+- Every method leaves modules 16-bit where its config names them (`ignore`, `modules_to_not_convert`,
+  `exclude_modules`, `llm_int8_skip_modules`, GPTQModel's negative `dynamic` rules): `Quantization.kept_16bit`
+  holds the decoder parts (attention, MLP, experts) those patterns cover, by layer or in every layer. Embeddings,
+  the LM head, routers, norms and a vision tower are 16-bit anyway in `weights.weight_breakdown`.
 - bitsandbytes 4-bit: since vLLM PR #19742 (June 2025, first released in v0.9.2) the loader dequantizes
   double-quantized absmax values to float32 at load (`dequantize_dq`), so every nf4/fp4 weight costs
   0.5 + 4/64 bytes whatever the checkpoint says. Earlier releases kept the nested 8-bit absmax, and in-flight
   quantization (`--quantization bitsandbytes` on a 16-bit checkpoint) always used it (`compress_statistics=True`).
 """
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 from exporter.capacity import assumptions as A
@@ -21,6 +37,12 @@ from exporter.capacity import assumptions as A
 # Which linear layers a method converts.
 SCOPE_LINEAR = "linear"
 SCOPE_EXPERTS = "experts"
+
+# The parts of a decoder layer an ignore list can leave unquantized, and the layer index meaning "every layer".
+PART_ATTENTION = "attention"
+PART_MLP = "mlp"  # a dense layer's MLP, and the shared experts of an MoE layer
+PART_EXPERTS = "experts"
+ALL_LAYERS = -1
 
 
 class QuantizationError(ValueError):
@@ -35,6 +57,14 @@ class Quantization:
     scope: str = SCOPE_LINEAR
     # bytes per weight in vLLM releases before A.VLLM_BNB_FP32_ABSMAX_SINCE, where they differ
     legacy_bytes_per_weight: float | None = None
+    # (part, layer or ALL_LAYERS) the checkpoint's ignore list keeps in 16 bits
+    kept_16bit: frozenset[tuple[str, int]] = frozenset()
+
+    def quantizes(self, part: str, layer: int) -> bool:
+        """Whether this part of that decoder layer holds quantized weights."""
+        if self.scope == SCOPE_EXPERTS and part != PART_EXPERTS:
+            return False
+        return (part, ALL_LAYERS) not in self.kept_16bit and (part, layer) not in self.kept_16bit
 
     def bytes_per_weight_in(self, vllm_version: tuple[int, int] | None) -> float:
         """Bytes per weight in a given vLLM release (None: current)."""
@@ -115,7 +145,11 @@ def _bnb_4bit(double_quant: bool) -> Quantization:
 
 
 def from_config(config: dict[str, Any]) -> Quantization:
-    """A `quantization_config` block of a Hugging Face config.json."""
+    """A `quantization_config` block of a Hugging Face config.json, with the modules it leaves unquantized."""
+    return replace(_scheme(config), kept_16bit=_kept_16bit(_ignored(config)))
+
+
+def _scheme(config: dict[str, Any]) -> Quantization:
     method = str(config.get("quant_method", "")).lower()
     if method in {"fp8", "fbgemm_fp8"}:
         return Quantization("fp8", 8, _fp8(config.get("weight_block_size")))
@@ -124,8 +158,8 @@ def from_config(config: dict[str, Any]) -> Quantization:
         group = _group(config, "group_size", "q_group_size", default=128)
         if method.startswith("awq"):
             zero_points = bool(config.get("zero_point", True))
-        else:  # GPTQ: Marlin drops the zero points of symmetric checkpoints
-            zero_points = not bool(config.get("sym", True))
+        else:
+            zero_points = not _gptq_on_marlin(bits, group, bool(config.get("sym", True)))
         return Quantization(method.removesuffix("_marlin"), bits, _int_bits(bits, group, zero_points=zero_points))
     if method == "bitsandbytes":
         if config.get("load_in_8bit"):
@@ -136,27 +170,90 @@ def from_config(config: dict[str, Any]) -> Quantization:
     if method == "compressed-tensors":
         return _compressed_tensors(config)
     if method == "modelopt":
-        algo = str(config.get("quant_algo", config.get("quantization", {}).get("quant_algo", ""))).upper()
-        if algo == "FP8":
-            return Quantization("fp8", 8, 1.0)
-        if algo == "NVFP4":
-            return Quantization("nvfp4", 4, 0.5 + 1 / 16)  # fp8 scale per 16
+        return _modelopt(config)
     raise QuantizationError(
         f"quantization_config.quant_method {method or '(missing)'!r} is not one Plimsoll can price "
         "(known: fp8, awq, gptq, bitsandbytes, mxfp4, compressed-tensors, modelopt)"
     )
 
 
+def _gptq_on_marlin(bits: int, group: int | None, symmetric: bool) -> bool:
+    """Marlin takes symmetric 4- and 8-bit GPTQ at these group sizes (gptq_marlin.py); it drops the zero points."""
+    return symmetric and bits in (4, 8) and (group or -1) in (-1, 32, 64, 128)
+
+
+def _modelopt(config: dict[str, Any]) -> Quantization:
+    nested = config.get("quantization")
+    block = nested if isinstance(nested, dict) else config
+    algo = str(block.get("quant_algo", "")).upper()
+    if algo.startswith("FP8"):  # FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO: a byte, scales negligible
+        return Quantization("fp8", 8, 1.0)
+    if algo == "MXFP8":
+        return Quantization("mxfp8", 8, 1 + 1 / 32)  # e8m0 scale per 32
+    if "NVFP4" in algo:  # NVFP4, W4A16_NVFP4: fp8 scale per group of 16
+        group = _whole_in(block.get("group_size") or 16, "group_size", 1, _MOST_GROUP)
+        return Quantization("nvfp4", 4, 0.5 + 1 / group)
+    raise QuantizationError(
+        f"quantization_config.quant_algo {algo or '(missing)'!r} is not one Plimsoll can price for modelopt "
+        "(known: FP8 and its variants, MXFP8, NVFP4)"
+    )
+
+
+def _ignored(config: dict[str, Any]) -> list[str]:
+    """The module patterns a config leaves unquantized, under whichever key its method uses."""
+    nested = config.get("quantization")
+    blocks = [config, nested] if isinstance(nested, dict) else [config]
+    keys = ("ignore", "modules_to_not_convert", "exclude_modules", "llm_int8_skip_modules")
+    patterns = [p for b in blocks for k in keys if isinstance(b.get(k), list) for p in b[k] if isinstance(p, str)]
+    dynamic = config.get("dynamic")
+    if isinstance(dynamic, dict):  # GPTQModel: a "-:" rule skips the modules it matches
+        patterns += [k[2:] for k in dynamic if isinstance(k, str) and k.startswith("-:")]
+    return patterns
+
+
+# Module names already 16-bit in weights.weight_breakdown whatever the method (or not counted at all): an ignore
+# entry naming one of them changes nothing.
+_ALWAYS_16BIT = ("lm_head", "embed", "visual", "vision", "projector", "image", "audio", "mtp", "norm", "router")
+_ATTENTION = ("attn", "attention", "q_proj", "k_proj", "v_proj", "o_proj", "qkv", "kv_a_", "kv_b_", "q_a_", "q_b_")
+_MLP = ("mlp", "feed_forward", "ffn", "gate_proj", "up_proj", "down_proj", "moe")
+_LAYER = re.compile(r"layers\.(\d+)(\.|$)")
+
+
+def _kept_16bit(patterns: list[str]) -> frozenset[tuple[str, int]]:
+    """The decoder parts, by layer (or in every layer), that these ignore patterns name. A pattern naming none of
+    them (a norm, the vision tower, an unknown module) leaves the decoder as the method quantizes it."""
+    kept: set[tuple[str, int]] = set()
+    for pattern in patterns:
+        name = pattern.lower().removeprefix("re:").replace("\\", "").rstrip("$*.")
+        if any(word in name for word in _ALWAYS_16BIT) or name.endswith("gate"):  # routers end in .gate
+            continue
+        layer = int(match.group(1)) if (match := _LAYER.search(name)) else ALL_LAYERS
+        if any(word in name for word in _ATTENTION):
+            kept.add((PART_ATTENTION, layer))
+        elif "shared_expert" in name:
+            kept.add((PART_MLP, layer))
+        elif "expert" in name:
+            kept.add((PART_EXPERTS, layer))
+        elif any(word in name for word in _MLP):
+            kept |= {(PART_MLP, layer), (PART_EXPERTS, layer)}
+        elif match is not None and match.group(2) == "":  # a whole layer
+            kept |= {(PART_ATTENTION, layer), (PART_MLP, layer), (PART_EXPERTS, layer)}
+    return frozenset(kept)
+
+
 def _compressed_tensors(config: dict[str, Any]) -> Quantization:
     groups = config.get("config_groups") or {}
     if not groups:
         raise QuantizationError("quantization_config.config_groups is missing for compressed-tensors")
-    weights = next(iter(groups.values())).get("weights") or {}
+    # the group over every Linear layer where there are several; a scheme per part is not priced separately
+    linear = [g for g in groups.values() if isinstance(g, dict) and "Linear" in (g.get("targets") or [])]
+    weights = (linear or list(groups.values()))[0].get("weights") or {}
     bits = _bits(weights, "num_bits", 8)
     if weights.get("type") == "float":
         if bits == 8:
             block = weights.get("block_structure") if weights.get("strategy") == "block" else None
             return Quantization("fp8", 8, _fp8(block))
-        return Quantization("nvfp4", bits, 0.5 + 1 / 16)
+        group = _group(weights, "group_size", default=16) or 16
+        return Quantization("nvfp4", bits, bits / 8 + 1 / group)  # one fp8 scale per group
     zero_points = not bool(weights.get("symmetric", True))
     return Quantization("int", bits, _int_bits(bits, _group(weights, "group_size"), zero_points=zero_points))

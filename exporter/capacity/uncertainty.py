@@ -3,7 +3,10 @@
 The KV budget is what is left of the GPU after the weights, the activation peak, non-torch memory and CUDA graphs.
 Each of those is an estimate, and each missed the real vLLM logs by a measured spread. A term measured on logs of
 the plan's vLLM version (and GPU count, for non-torch memory) uses that version's spread; a version without enough
-logs gets the spread over all versions, which is wider. The terms are treated as independent, so their spreads add
+logs gets the spread over all versions, which is wider. The weights' spread is kept per format (16-bit, or the
+quantization method), since each format's scales, packing and unquantized modules miss by their own amount: a format
+uses the wider of its own spread and the one over all logs, and a quantized format no log shows uses the widest any
+format showed. The terms are treated as independent, so their spreads add
 in quadrature rather than all at their worst at once.
 
 `SHIPPED_SPREADS` is what `exporter.capacity.fit.term_spreads` derives from bench/data/vllm_startup_logs.yaml
@@ -16,10 +19,18 @@ from typing import Protocol
 
 from exporter.capacity.deployment import Deployment
 from exporter.capacity.kv import KvLayout, KvPool
+from exporter.capacity.quantization import Quantization
 from exporter.capacity.weights import WeightBreakdown
 from exporter.core.units import GIB
 
 Version = tuple[int, int]
+
+UNQUANTIZED = "16-bit"
+
+
+def weights_format(quantization: Quantization | None) -> str:
+    """What the weights' spread is kept under: the quantization method, or 16-bit."""
+    return quantization.method if quantization is not None else UNQUANTIZED
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,19 @@ class TermSpreads:
     non_torch_multi_gpu: Spread
     non_torch_by_version: tuple[tuple[tuple[bool, Version], Spread], ...]  # keyed by (more than one GPU, version)
     cuda_graphs: Spread  # bytes
+    weights_by_format: tuple[tuple[str, Spread], ...] = ()  # fraction of the predicted weights, per format
+
+    def weights_for(self, fmt: str) -> Spread:
+        by_format = dict(self.weights_by_format)
+        if fmt in by_format:
+            seen = [by_format[fmt]]
+        elif fmt != UNQUANTIZED:  # no log of this format: as unsure as the least certain format
+            seen = list(by_format.values())
+        else:
+            seen = []
+        low = min([self.weights.low] + [s.low for s in seen])
+        high = max([self.weights.high] + [s.high for s in seen])
+        return Spread(low, high, by_format[fmt].samples if fmt in by_format else 0)
 
     def activation_for(self, version: Version | None) -> Spread:
         return dict(self.activation_by_version).get(version, self.activation) if version else self.activation
@@ -66,6 +90,15 @@ SHIPPED_SPREADS = TermSpreads(
         ((True, (0, 19)), _gib(-0.06, 0.15, 5)),
     ),
     cuda_graphs=_gib(-0.87, 1.04, 26),
+    weights_by_format=(
+        (UNQUANTIZED, Spread(-0.003, 0.067, 26)),
+        ("awq", Spread(0.0, 0.003, 2)),
+        ("bitsandbytes", Spread(-0.006, 0.012, 2)),
+        ("fp8", Spread(0.0, 0.004, 6)),
+        ("gptq", Spread(0.0, 0.002, 3)),
+        ("int", Spread(0.0, 0.006, 1)),
+        ("mxfp4", Spread(-0.019, 0.083, 5)),
+    ),
 )
 
 
@@ -98,7 +131,8 @@ def kv_cache_tokens_range(result: PlannedMemory, spreads: TermSpreads = SHIPPED_
     if d.kv_cache_memory_bytes is not None:
         return tokens, tokens  # given, not estimated: only the block arithmetic remains, which is exact
     version = d.vllm_version
-    weights, activation = spreads.weights, spreads.activation_for(version)
+    weights = spreads.weights_for(weights_format(d.quantization))
+    activation = spreads.activation_for(version)
     non_torch = spreads.non_torch_for(d.tensor_parallel * d.pipeline_parallel > 1, version)
     terms = [
         (weights.low * result.weights.per_gpu_bytes, weights.high * result.weights.per_gpu_bytes),

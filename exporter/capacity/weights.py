@@ -16,14 +16,18 @@ dtype (vLLM's RotaryEmbedding registers it as a buffer, one instance shared by a
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.capacity import assumptions as A
 from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.deployment import PipelineStage
-from exporter.capacity.quantization import SCOPE_EXPERTS, Quantization
+from exporter.capacity.quantization import PART_ATTENTION, PART_EXPERTS, PART_MLP, Quantization
 
 VOCAB_PADDING = 64
+# Where the vision tower's weights sit: split by TP (vLLM's default --mm-encoder-tp-mode weights), whole on every
+# TP rank (--mm-encoder-tp-mode data), or not loaded (every modality off by --limit-mm-per-prompt).
+VISION_SHARDED, VISION_REPLICATED, VISION_SKIPPED = "sharded", "replicated", "skipped"
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 
 
@@ -144,13 +148,17 @@ def layer_params(
 
 
 def _vision_params(arch: ModelArchitecture) -> int:
+    """The vision tower and its projector. A block is attention (q, k, v, o with biases), the MLP (fc1/fc2, or
+    gate/up/down where the tower is SwiGLU) and two norms; the patch embedding is a convolution over channels x
+    frames x patch^2 pixels."""
     vision = arch.vision
     if vision is None:
         return 0
-    width = vision.hidden_size
-    per_layer = 4 * width * width + 2 * width * vision.intermediate_size + 9 * width  # qkvo, mlp, biases, norms
-    patch = vision.num_channels * vision.patch_size**2 * width
-    projector = width * arch.hidden_size
+    width, inner = vision.hidden_size, vision.intermediate_size
+    mlp = (3 if vision.gated_mlp else 2) * width * inner + inner + width
+    per_layer = 4 * width * width + 4 * width + mlp + 4 * width
+    patch = vision.num_channels * vision.temporal_patch_size * vision.patch_size**2 * width
+    projector = sum(inputs * outputs + outputs for inputs, outputs in vision.projector)
     return vision.num_layers * per_layer + patch + projector
 
 
@@ -179,32 +187,43 @@ def weight_breakdown(
     vllm_version: tuple[int, int] | None = None,
     data_parallel: int = 1,
     expert_parallel: bool = False,
+    vision: str = VISION_SHARDED,
 ) -> WeightBreakdown:
     """Weights on one GPU of a pipeline stage (None: the whole model, no pipeline parallelism) of a DP x TP x PP
-    deployment (vllm_version None: current vLLM)."""
+    deployment (vllm_version None: current vLLM). `vision` places the vision tower (`VISION_PLACEMENTS`); it stays
+    16-bit whatever the checkpoint's quantization, as the quantized VLM checkpoints leave it out of their scheme."""
     stage = stage or PipelineStage(0, arch.num_layers)
     quant = quantization or arch.quantization
     plain = weight_dtype_bytes(arch, dtype)
     quantized = quant.bytes_per_weight_in(vllm_version) if quant is not None else plain
-    linear = plain if quant is None or quant.scope == SCOPE_EXPERTS else quantized
-    experts = quantized
     layers = range(stage.first_layer, stage.first_layer + stage.layers)
     per_layer = [layer_params(arch, i, tp, quant, data_parallel, expert_parallel) for i in layers]
+
+    def part_bytes(part: str, params: Callable[[LayerParams], float]) -> int:
+        # each layer's part at the quantized size unless the checkpoint's ignore list keeps it 16-bit
+        return round(
+            sum(
+                params(p) * (quantized if quant is not None and quant.quantizes(part, i) else plain)
+                for i, p in zip(layers, per_layer, strict=True)
+            )
+        )
+
     vocab_slice = _padded_vocab(arch) * arch.hidden_size / tp
     embedding = vocab_slice * plain if stage.first else 0.0
     # Tied embeddings share one matrix only where one GPU holds both ends of the model.
     head = vocab_slice * plain if stage.last and not (arch.tie_word_embeddings and stage.whole_model) else 0.0
-    vision = _vision_params(arch) * plain / tp if stage.whole_model else 0
+    vision_gpus = {VISION_SHARDED: tp, VISION_REPLICATED: 1}.get(vision)
+    vision_bytes = _vision_params(arch) * plain / vision_gpus if vision_gpus and stage.whole_model else 0
     return WeightBreakdown(
         total_parameters=count_parameters(arch),
         embedding_bytes=round(embedding),
         lm_head_bytes=round(head),
-        attention_bytes=round(sum(p.attention for p in per_layer) * linear),
-        mlp_bytes=round(sum(p.dense_mlp for p in per_layer) * linear),
-        expert_bytes=round(sum(p.experts for p in per_layer) * experts),
+        attention_bytes=part_bytes(PART_ATTENTION, lambda p: p.attention),
+        mlp_bytes=part_bytes(PART_MLP, lambda p: p.dense_mlp),
+        expert_bytes=part_bytes(PART_EXPERTS, lambda p: p.experts),
         other_bytes=round(
             sum(p.replicated for p in per_layer) * plain
-            + vision
+            + vision_bytes
             + arch.hidden_size * plain
             + _rotary_cache_elements(arch) * plain
         ),

@@ -1,5 +1,7 @@
 """The range every plan gets around its KV-token figure, and whether it holds the real logs out of sample."""
 
+from dataclasses import replace
+
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from bench import model_accuracy
 from exporter.capacity.deployment import Deployment
 from exporter.capacity.fit import FitError, spread
 from exporter.capacity.plan import plan
+from exporter.capacity.quantization import from_config
 from exporter.capacity.uncertainty import SHIPPED_SPREADS, kv_cache_tokens_range
 from exporter.catalog import find_gpu, load_model
 from exporter.core.units import GIB
@@ -72,3 +75,32 @@ def test_range_holds_the_real_kv_tokens_for_nine_logs_in_ten_out_of_sample():
     assert len(scored) >= 25
     coverage = sum(s.covered() for s in scored) / len(scored)
     assert coverage >= 0.9, [s.id for s in scored if not s.covered()]
+
+
+def test_a_format_never_gets_a_weights_spread_narrower_than_all_logs_give():
+    pooled = SHIPPED_SPREADS.weights
+    for fmt, _ in SHIPPED_SPREADS.weights_by_format:
+        own = SHIPPED_SPREADS.weights_for(fmt)
+        assert own.low <= pooled.low and own.high >= pooled.high
+    assert SHIPPED_SPREADS.weights_for("mxfp4").high > pooled.high  # gpt-oss's logs missed by more
+
+
+def test_a_quantized_format_no_log_shows_is_as_unsure_as_the_least_certain_format():
+    unseen = SHIPPED_SPREADS.weights_for("nvfp4")
+    assert unseen.high == max(s.high for _, s in SHIPPED_SPREADS.weights_by_format)
+    assert unseen.low == min(s.low for _, s in SHIPPED_SPREADS.weights_by_format)
+    nvfp4 = from_config({"quant_method": "modelopt", "quant_algo": "NVFP4"})
+    result = plan(load_model("qwen2.5-7b"), H100, Deployment(vllm_version=(0, 19), quantization=nvfp4))
+
+    def width(spreads):
+        low, high = kv_cache_tokens_range(result, spreads)
+        return high - low
+
+    assert width(SHIPPED_SPREADS) > width(replace(SHIPPED_SPREADS, weights_by_format=()))
+
+
+def test_every_quantized_log_falls_inside_its_range_in_sample_and_out_of_sample():
+    quantized = {e["id"] for e in ENTRIES if "quantized" in model_accuracy.families(e, model_accuracy._setup(e))}
+    scored = [s for s in model_accuracy.leave_one_source_out(ENTRIES) if s.id in quantized]
+    assert len(scored) >= 5
+    assert [s.id for s in scored if not (s.covered(False) and s.covered(True))] == []
