@@ -1,6 +1,6 @@
 """`plimsoll autoscale replay`: its arguments, and the run: the demand trace read, the generated scaler of each
 workload replayed over it beside the static-peak and oracle baselines, the answer printed and, with `--out`,
-written to result.json. Nothing is written unless every workload asked for was replayed.
+written to result.json and report.html. Nothing is written unless every workload asked for was replayed.
 """
 
 import argparse
@@ -16,9 +16,11 @@ from rich.console import Console
 from exporter.autoscale import hpa
 from exporter.autoscale.baselines import oracle, static_peak
 from exporter.autoscale.demand import MAX_DEMAND_BYTES, DemandError, DemandPoint, parse_demand
-from exporter.autoscale.outputs import WorkloadReplay, result_document, result_table, write_result
+from exporter.autoscale.outputs import WorkloadReplay, result_document, result_table, tune_document, write_result
 from exporter.autoscale.prometheus import demand_from_prometheus
 from exporter.autoscale.replay import replay
+from exporter.autoscale.report import write_report
+from exporter.autoscale.tune import DEFAULT_OVERFLOW_BUDGET, parse_overflow_budget, tune
 from exporter.cli_args import EXIT_OK, Formatter, Subcommands, duration_arg, env_twin, flag_type
 from exporter.config import AutoscalingConfig, Config, ScaledWorkload, load_config, validate_url
 from exporter.cost import gpu_hour_price
@@ -79,7 +81,20 @@ def add_autoscale(commands: Subcommands) -> None:
         "several, with --prometheus default every one",
     )
     replay_parser.add_argument("--format", choices=("table", "json"), default="table", help="what to print")
-    replay_parser.add_argument("--out", metavar="DIR", help="also write DIR/result.json")
+    replay_parser.add_argument("--out", metavar="DIR", help="also write DIR/result.json and DIR/report.html")
+    replay_parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="also search autoscaling.margin (0.5 to 1.0) and autoscaling.demand_window (the config's, down to the "
+        "longest start-up) for the fewest replica-hours within --overflow-budget, and print the config change",
+    )
+    replay_parser.add_argument(
+        "--overflow-budget",
+        type=flag_type(parse_overflow_budget),
+        metavar="PERCENT",
+        help="with --tune: the most overflow request-seconds each workload may have, as a share of its demand "
+        f"request-seconds, such as 0.1%% (default: {DEFAULT_OVERFLOW_BUDGET * 100:g}%%)",
+    )
     replay_parser.set_defaults(handler=_replay)
 
 
@@ -191,24 +206,36 @@ def _print(document: dict[str, Any], output_format: str) -> None:
     output.print(result_table(document))
 
 
+def _tuned(
+    config: Config, autoscaling: AutoscalingConfig, args: argparse.Namespace, results: Sequence[WorkloadReplay]
+) -> dict[str, Any]:
+    budget = DEFAULT_OVERFLOW_BUDGET if args.overflow_budget is None else args.overflow_budget
+    traces = [(result.workload, result.trace, _knee(result.workload)) for result in results]
+    return tune_document(tune(autoscaling, traces, config.saturation_queue, budget), results)
+
+
 def _replay(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     autoscaling = _autoscaling(config, args.config)
     workloads = _workloads(autoscaling, args)
     for workload in workloads:  # refused before any trace is read
         _knee(workload)
+    if args.overflow_budget is not None and not args.tune:
+        raise ValueError("--overflow-budget: applies with --tune only (the budget the tuned knobs must keep)")
     traces = _traces(args, workloads)
     results = [_replayed(config, autoscaling, w, trace) for w, trace in zip(workloads, traces, strict=True)]
     document = result_document(_source(args), results)
-    written = None
+    if args.tune:
+        document["tune"] = _tuned(config, autoscaling, args, results)
+    written: list[Path] = []
     if args.out is not None:
         try:
-            written = write_result(Path(args.out), document)
+            written = [write_result(Path(args.out), document), write_report(Path(args.out), document)]
         except OSError as error:  # --out is a file, read-only, full: say which, not a traceback
             raise ValueError(
                 f"--out {args.out}: cannot write {error.filename or args.out} ({error.strerror})"
             ) from None
     _print(document, args.format)
-    if written is not None:
-        print(f"wrote {shown(str(written))}", file=sys.stderr)  # stderr: stdout stays one JSON document
+    for path in written:
+        print(f"wrote {shown(str(path))}", file=sys.stderr)  # stderr: stdout stays one JSON document
     return EXIT_OK

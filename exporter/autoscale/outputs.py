@@ -17,6 +17,7 @@ from exporter.autoscale.demand import DemandPoint
 from exporter.autoscale.fleet import Run
 from exporter.autoscale.hpa import Decision
 from exporter.autoscale.replay import Replay
+from exporter.autoscale.tune import Outcome, Tuning, config_change, duration_text
 from exporter.config import ScaledWorkload
 from exporter.display import plain
 from exporter.files import write_atomically
@@ -96,6 +97,52 @@ def _workload(result: WorkloadReplay) -> dict[str, Any]:
 def result_document(source: Mapping[str, Any], results: Sequence[WorkloadReplay]) -> dict[str, Any]:
     """`source` says where the traces came from (the flags that named them)."""
     return {"version": RESULT_VERSION, "source": dict(source), "workloads": [_workload(result) for result in results]}
+
+
+def _outcome(outcome: Outcome, results: Sequence[WorkloadReplay]) -> dict[str, Any]:
+    prices = [result.replica_hour_price for result in results]
+    costs = [
+        None if price is None else hours * price for hours, price in zip(outcome.replica_hours, prices, strict=True)
+    ]
+    return {
+        "margin": outcome.knobs.margin,
+        "demand_window_seconds": outcome.knobs.demand_window_seconds,
+        "replica_hours": outcome.total_replica_hours,
+        "cost": None if None in costs else sum(cost for cost in costs if cost is not None),
+        "overflow_request_seconds": sum(outcome.overflow_request_seconds),
+        "worst_overflow_share": outcome.worst_share,
+        "meets_budget": outcome.meets_budget,
+        "workloads": [
+            {
+                "name": result.workload.name,
+                "replica_hours": hours,
+                "cost": cost,
+                "overflow_request_seconds": overflow,
+                "overflow_share": share,
+            }
+            for result, hours, cost, overflow, share in zip(
+                results,
+                outcome.replica_hours,
+                costs,
+                outcome.overflow_request_seconds,
+                outcome.overflow_shares,
+                strict=True,
+            )
+        ],
+    }
+
+
+def tune_document(tuning: Tuning, results: Sequence[WorkloadReplay]) -> dict[str, Any]:
+    """`--tune`'s answer, for the document's `tune` key; `results` in the order the tuning's workloads were given."""
+    chosen = tuning.chosen
+    return {
+        "overflow_budget": tuning.budget,
+        "replays": tuning.replays,
+        "current": _outcome(tuning.current, results),
+        "chosen": None if chosen is None else _outcome(chosen, results),
+        "lowest_overflow": _outcome(tuning.lowest_overflow, results),
+        "config_change": None if chosen is None else config_change(chosen.knobs),
+    }
 
 
 def write_result(out: Path, document: Mapping[str, Any]) -> Path:
@@ -179,8 +226,56 @@ def _workload_lines(workload: Mapping[str, Any]) -> list[RenderableType]:
     return lines
 
 
+def _knobs(outcome: Mapping[str, Any]) -> str:
+    return f"margin {outcome['margin']:g}, demand_window {duration_text(outcome['demand_window_seconds'])}"
+
+
+def _tune_table(tune: Mapping[str, Any]) -> Table:
+    table = Table(box=None, pad_edge=False)
+    for heading in ("knobs", "replica-hours", "cost", "overflow request-s", "worst overflow share"):
+        table.add_column(heading, justify="left" if heading == "knobs" else "right")
+    rows = [("config now", tune["current"])]
+    if tune["chosen"] is not None:
+        rows.append(("tuned", tune["chosen"]))
+    for label, outcome in rows:
+        table.add_row(
+            f"{label}: {_knobs(outcome)}",
+            f"{outcome['replica_hours']:.2f}",
+            _cost(outcome["cost"]),
+            f"{outcome['overflow_request_seconds']:g}",
+            f"{outcome['worst_overflow_share']:.3%}",
+        )
+    return table
+
+
+def _tune_lines(tune: Mapping[str, Any]) -> list[RenderableType]:
+    budget = f"{tune['overflow_budget']:.3%}"
+    lines: list[RenderableType] = [
+        Text(
+            f"tune: {tune['replays']} replays for the fewest replica-hours with overflow at most {budget} of each "
+            "workload's demand request-seconds",
+            style="bold",
+        ),
+        _tune_table(tune),
+    ]
+    if tune["chosen"] is None:
+        lowest = tune["lowest_overflow"]
+        lines.append(
+            Text(
+                f"no candidate meets the budget: the lowest overflow reached is {lowest['worst_overflow_share']:.3%} "
+                f"({_knobs(lowest)}, {lowest['replica_hours']:.2f} replica-hours); demand faster than a start-up "
+                "needs a larger --overflow-budget, a shorter start-up, or more min_replicas or max_replicas"
+            )
+        )
+    else:
+        lines += [Text("the config change (paste into the config):"), Text(tune["config_change"].rstrip("\n"))]
+    return lines
+
+
 def result_table(document: Mapping[str, Any]) -> Group:
     lines: list[RenderableType] = []
     for workload in document["workloads"]:
         lines += [*_workload_lines(workload), Text("")]
+    if "tune" in document:
+        lines += [*_tune_lines(document["tune"]), Text("")]
     return Group(*lines[:-1])

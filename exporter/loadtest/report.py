@@ -10,7 +10,7 @@ from html import escape
 from typing import Any
 
 from exporter.loadtest.measure import describe_load, open_loop, step_load
-from exporter.loadtest.svg import Axis, Marker, Reference, Series, line_chart
+from exporter.svg import Axis, Marker, Reference, Series, line_chart
 
 # Colours that stay apart for the common colour-vision deficiencies (Okabe-Ito).
 _BLUE, _ORANGE, _GREEN, _VERMILION, _PURPLE, _SKY, _YELLOW = (

@@ -141,7 +141,7 @@ def test_out_writes_result_json(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = tmp_path / "replay"
     document = _json(capsys, _config(tmp_path, LLAMA, PRICING), _burst_csv(tmp_path), "--out", str(out))
     assert json.loads((out / "result.json").read_text()) == document
-    assert os.listdir(out) == ["result.json"]  # no temporary file left beside it
+    assert sorted(os.listdir(out)) == ["report.html", "result.json"]  # no temporary file left beside them
 
 
 def _refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

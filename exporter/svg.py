@@ -1,7 +1,9 @@
-"""Line charts as inline SVG text, drawn in Python so the report needs no script and no network.
+"""Line charts as inline SVG text, drawn in Python so the reports (loadtest's, autoscale replay's) need no script
+and no network.
 
-One chart shape serves every plot of the report: lines with point markers over a linear or log2 x axis, labelled
-axes with units, horizontal reference lines (an SLO, a threshold) and one vertical marker (the knee).
+One chart shape serves every plot: lines with point markers over a linear or log2 x axis, labelled axes with units,
+horizontal reference lines (an SLO, a threshold), one vertical marker (the knee) and shaded areas (demand above
+capacity).
 """
 
 import math
@@ -12,6 +14,8 @@ from html import escape
 WIDTH, HEIGHT = 560, 300
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 34, 48
 _LEGEND_ROW = 16
+_SHADE_MIN = 4
+PLOT_WIDTH = WIDTH - _LEFT - _RIGHT  # pixels across the plot: finer detail than this cannot show
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,7 @@ class Series:
     points: tuple[tuple[float, float], ...]  # (x, y), drawn in this order
     color: str
     dashed: bool = False
+    dots: bool = True  # a marker on each point of a sparse line; off for a step line's corners
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,15 @@ class Marker:
     color: str
 
 
+@dataclass(frozen=True)
+class Shade:
+    """Areas filled under the lines, each (x from, x to, y from, y to) in the data's units."""
+
+    label: str
+    boxes: tuple[tuple[float, float, float, float], ...]
+    color: str
+
+
 def line_chart(
     title: str,
     x: Axis,
@@ -56,12 +70,13 @@ def line_chart(
     series: Sequence[Series],
     references: Sequence[Reference] = (),
     marker: Marker | None = None,
+    shade: Shade | None = None,
 ) -> str:
     xs = [px for s in series for px, _ in s.points] + ([marker.value] if marker else [])
     ys = [py for s in series for _, py in s.points] + [r.value for r in references]
     x_low, x_high = _range(xs, x)
     y_low, y_high = _range(ys, y)
-    legend_rows = math.ceil((len(series) + len(references) + (1 if marker else 0)) / 3)
+    legend_rows = math.ceil((len(series) + len(references) + (1 if marker else 0) + (1 if shade else 0)) / 3)
     height = HEIGHT + legend_rows * _LEGEND_ROW + 6
     plot_bottom = HEIGHT - _BOTTOM
 
@@ -119,18 +134,31 @@ def line_chart(
         dash = ' stroke-dasharray="6 4"' if s.dashed else ""
         path = " ".join(f"{sx(px):.1f},{sy(py):.1f}" for px, py in s.points)
         parts.append(f'<polyline class="series" points="{path}" stroke="{s.color}"{dash}/>')
-        if len(s.points) <= 16:  # markers on sparse lines only: a time series would be a smear of dots
+        if s.dots and len(s.points) <= 16:  # markers on sparse lines only: a time series would be a smear of dots
             parts.extend(f'<circle cx="{sx(px):.1f}" cy="{sy(py):.1f}" r="3" fill="{s.color}"/>' for px, py in s.points)
-    parts.extend(_legend(series, references, marker, HEIGHT + 8))
+    if shade is not None and shade.boxes:
+        # Over the lines, which would hide a narrow box; one path for all (a week's overflow is hundreds of boxes),
+        # each at least _SHADE_MIN pixels wide: a minute of overflow in a week is a tenth of a pixel.
+        boxes = " ".join(
+            f"M{sx(x0):.1f},{sy(y0):.1f}H{max(sx(x1), sx(x0) + _SHADE_MIN):.1f}V{sy(y1):.1f}H{sx(x0):.1f}Z"
+            for x0, x1, y0, y1 in shade.boxes
+        )
+        parts.append(f'<path class="shade" d="{boxes}" fill="{shade.color}" fill-opacity="0.5"/>')
+    parts.extend(_legend(series, references, marker, shade, HEIGHT + 8))
     parts.append("</svg>")
     return "\n".join(parts)
 
 
-def _legend(series: Sequence[Series], references: Sequence[Reference], marker: Marker | None, top: float) -> list[str]:
-    entries = [(s.label, s.color, "6 4" if s.dashed else "") for s in series]
+def _legend(
+    series: Sequence[Series], references: Sequence[Reference], marker: Marker | None, shade: Shade | None, top: float
+) -> list[str]:
+    # (label, colour, the line's dash pattern, or None for a filled box)
+    entries: list[tuple[str, str, str | None]] = [(s.label, s.color, "6 4" if s.dashed else "") for s in series]
     entries += [(r.label, r.color, "3 3") for r in references]
     if marker is not None:
         entries.append((marker.label, marker.color, "2 3"))
+    if shade is not None:
+        entries.append((shade.label, shade.color, None))
     parts = []
     column_width = (WIDTH - _LEFT) / 3
     for index, (label, color, dash) in enumerate(entries):
@@ -138,10 +166,13 @@ def _legend(series: Sequence[Series], references: Sequence[Reference], marker: M
         left = _LEFT + column * column_width
         y = top + row * _LEGEND_ROW
         dash_attribute = f' stroke-dasharray="{dash}"' if dash else ""
-        parts.append(
-            f'<line x1="{left:.1f}" x2="{left + 18:.1f}" y1="{y - 4}" y2="{y - 4}" stroke="{color}" '
-            f'stroke-width="2.5"{dash_attribute}/>'
-        )
+        if dash is None:
+            parts.append(f'<rect x="{left:.1f}" y="{y - 9}" width="18" height="10" fill="{color}" fill-opacity="0.5"/>')
+        else:
+            parts.append(
+                f'<line x1="{left:.1f}" x2="{left + 18:.1f}" y1="{y - 4}" y2="{y - 4}" stroke="{color}" '
+                f'stroke-width="2.5"{dash_attribute}/>'
+            )
         parts.append(f'<text class="legend" x="{left + 24:.1f}" y="{y}">{escape(label)}</text>')
     return parts
 

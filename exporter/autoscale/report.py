@@ -1,0 +1,269 @@
+"""report.html, beside result.json: one self-contained page drawn from the same document, so the two never disagree.
+
+It opens with no network at all: inline CSS, charts as inline SVG, no script. Per workload: demand against the
+ready replicas' capacity with the overflow (demand above it) shaded, the replicas asked for and ready, the figures
+of the scaler and both baselines, and the decisions that changed the replicas.
+
+A week at one sample per 15 s is 40,320 points, far more than a chart is pixels wide: a series with more changes
+than that is drawn as one value per pixel-wide bucket of time, the most demand and the fewest ready replicas in it,
+so a peak one sample long, and any overflow, still shows. The page says where it did so.
+"""
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from exporter.files import write_atomically
+from exporter.svg import PLOT_WIDTH, Axis, Reference, Series, Shade, line_chart
+
+REPORT_FILE = "report.html"
+# The page lists this many of the decisions that changed the replicas; result.json holds every decision.
+REPORT_DECISIONS = 200
+BUCKETS = PLOT_WIDTH
+
+Segment = tuple[float, float, float]  # (from, to, value) of a step function
+Keep = Callable[[Iterable[float]], float]
+
+# Okabe-Ito colours, as the load-test report uses: apart for the common colour-vision deficiencies.
+_DEMAND, _CAPACITY, _OVERFLOW, _DESIRED, _READY, _STATIC = (
+    "#0072b2",
+    "#009e73",
+    "#d55e00",
+    "#e69f00",
+    "#56b4e9",
+    "#555555",
+)
+
+_STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1b1b1b; margin: 0;
+       background: #f6f7f9; }
+main { max-width: 1180px; margin: 0 auto; padding: 20px 24px 40px; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 18px; margin: 32px 0 6px; }
+h3 { font-size: 15px; margin: 18px 0 8px; }
+.meta { color: #555; margin: 0 0 12px; }
+.notes { background: #fff8e5; border: 1px solid #e6c96b; border-radius: 6px; padding: 8px 16px; }
+.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 14px; }
+.charts figure { margin: 0; background: #fff; border: 1px solid #d8dce2; border-radius: 6px; padding: 6px; }
+svg.chart { display: block; max-width: 100%; height: auto; font-family: inherit; }
+svg .title { font-size: 14px; font-weight: 600; fill: #1b1b1b; }
+svg .tick, svg .legend { font-size: 11px; fill: #444; }
+svg .label { font-size: 12px; fill: #1b1b1b; }
+svg .grid { stroke: #e5e7eb; stroke-width: 1; }
+svg .axis { stroke: #888; stroke-width: 1; }
+svg .series { fill: none; stroke-width: 2; }
+svg .reference { stroke-width: 1.5; stroke-dasharray: 3 3; }
+div.table { overflow-x: auto; }
+table { border-collapse: collapse; background: #fff; width: 100%; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #d8dce2; padding: 4px 8px; text-align: right; white-space: nowrap; }
+th { background: #eef0f3; font-weight: 600; }
+td.text, th.text { text-align: left; white-space: normal; min-width: 320px; }
+"""
+
+
+def steps(changes: Sequence[tuple[float, float]], end: float, buckets: int, keep: Keep) -> tuple[Segment, ...]:
+    """The step function `changes` ((time, value) sorted by time, each value holding until the next change, the
+    last until `end`) as segments: its own where it changes no more than `buckets` times, else one per equal
+    bucket of time holding `keep` (max or min) of every value in force during that bucket."""
+    changes = [change for change in changes if change[0] < end]
+    if len(changes) <= buckets:
+        stops = [time for time, _ in changes[1:]] + [end]
+        return tuple((time, stop, value) for (time, value), stop in zip(changes, stops, strict=True))
+    start = changes[0][0]
+    width = (end - start) / buckets
+    segments: list[Segment] = []
+    current = 0
+    for bucket in range(buckets):
+        low = start + bucket * width
+        high = end if bucket == buckets - 1 else low + width
+        while current + 1 < len(changes) and changes[current + 1][0] <= low:
+            current += 1
+        following = current + 1
+        while following < len(changes) and changes[following][0] < high:
+            following += 1
+        segments.append((low, high, keep(value for _, value in changes[current:following])))
+    return tuple(segments)
+
+
+def overflow(demand: Sequence[Segment], capacity: Sequence[Segment]) -> tuple[tuple[float, float, float, float], ...]:
+    """Where `demand` is above `capacity` (both segments over the same span): boxes (from, to, capacity, demand)."""
+    cuts = sorted({low for low, _, _ in demand} | {low for low, _, _ in capacity} | {demand[-1][1]})
+    boxes = []
+    d = c = 0
+    for low, high in itertools.pairwise(cuts):
+        while demand[d][1] <= low:
+            d += 1
+        while capacity[c][1] <= low:
+            c += 1
+        if demand[d][2] > capacity[c][2]:
+            boxes.append((low, high, capacity[c][2], demand[d][2]))
+    return tuple(boxes)
+
+
+def _line(segments: Sequence[Segment], start: float, scale: float) -> tuple[tuple[float, float], ...]:
+    """A step line's corners, time as `scale` units into the trace."""
+    return tuple(
+        point
+        for low, high, value in segments
+        for point in (((low - start) / scale, value), ((high - start) / scale, value))
+    )
+
+
+def _time_axis(span: float) -> tuple[Axis, float]:
+    """Hours into the trace, or minutes for one under three hours."""
+    if span >= 3 * 3600:
+        return Axis("time into the trace (h)", lambda value: f"{value:g}", minimum=0.0, maximum=span / 3600), 3600.0
+    return Axis("time into the trace (min)", lambda value: f"{value:g}", minimum=0.0, maximum=span / 60), 60.0
+
+
+def _charts(workload: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """The two charts, and whether any line was drawn in buckets."""
+    trace = workload["trace"]
+    start, end = trace["start"], trace["end"]
+    knee = workload["knee_concurrency"]
+    fleet = workload["fleet"]
+    demand = steps([(time, value) for time, value in trace["demand"]], end, BUCKETS, max)
+    capacity = steps([(time, ready * knee) for time, _, ready in fleet], end, BUCKETS, min)
+    desired = steps([(time, replicas) for time, replicas, _ in fleet], end, BUCKETS, max)
+    ready = steps([(time, ready) for time, _, ready in fleet], end, BUCKETS, min)
+    x, scale = _time_axis(end - start)
+    boxes = tuple(
+        ((low - start) / scale, (high - start) / scale, bottom, top)
+        for low, high, bottom, top in overflow(demand, capacity)
+    )
+    load = line_chart(
+        "Demand against ready capacity",
+        x,
+        Axis("requests in flight", lambda value: f"{value:g}"),
+        [  # demand drawn last: on top, where a spike over capacity shows
+            Series(f"ready x knee ({knee:g})", _line(capacity, start, scale), _CAPACITY, dots=False),
+            Series("demand", _line(demand, start, scale), _DEMAND, dots=False),
+        ],
+        shade=Shade("overflow (demand above)", boxes, _OVERFLOW),
+    )
+    static = workload["baselines"]["static_peak"]["peak_replicas"]
+    replicas = line_chart(
+        "Replicas",
+        x,
+        Axis("replicas", lambda value: f"{value:g}"),
+        [
+            Series("asked for (desired)", _line(desired, start, scale), _DESIRED, dots=False),
+            Series("ready", _line(ready, start, scale), _READY, dashed=True, dots=False),
+        ],
+        references=[Reference(f"static at the peak ({static})", static, _STATIC)],
+    )
+    bucketed = max(len(trace["demand"]), len(fleet)) > BUCKETS
+    return [load, replicas], bucketed
+
+
+def _into(seconds: float) -> str:
+    whole = round(seconds)
+    return f"+{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def _cost(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def _figures(workload: Mapping[str, Any]) -> str:
+    rows = (
+        ("generated scaler", workload),
+        ("static fleet at the peak", workload["baselines"]["static_peak"]),
+        ("oracle", workload["baselines"]["oracle"]),
+    )
+    headings = ("fleet", "replica-hours", "cost", "overflow (s)", "overflow (request-s)", "peak replicas")
+    body = [
+        f'<tr><td class="text">{label}</td><td>{figures["replica_hours"]:.2f}</td><td>{_cost(figures["cost"])}</td>'
+        f"<td>{figures['overflow_seconds']:g}</td><td>{figures['overflow_request_seconds']:g}</td>"
+        f"<td>{figures['peak_replicas']}</td></tr>"
+        for label, figures in rows
+    ]
+    head = '<th class="text">fleet</th>' + "".join(f"<th>{heading}</th>" for heading in headings[1:])
+    return f'<div class="table"><table class="figures"><tr>{head}</tr>{"".join(body)}</table></div>'
+
+
+def _decisions(workload: Mapping[str, Any]) -> list[str]:
+    decisions = workload["decisions"]
+    changes = [decision for decision in decisions if decision["replicas"] != decision["current_replicas"]]
+    start = workload["trace"]["start"]
+    parts = [
+        f"<p>{len(decisions)} scaling decisions: {len(changes)} changed the replicas (below, time into the trace), "
+        f"{len(decisions) - len(changes)} were held by a rule; result.json lists every one.</p>"
+    ]
+    if not changes:
+        return parts
+    headings = ("time", "metric", "value", "proposed", "replicas", "reason")
+    rows = [
+        f'<tr><td>{_into(decision["time"] - start)}</td><td class="text">{escape(decision["metric"])}</td>'
+        f"<td>{decision['value']:g}</td><td>{decision['proposed']}</td>"
+        f"<td>{decision['current_replicas']} &rarr; {decision['replicas']}</td>"
+        f'<td class="text">{escape(decision["reason"])}</td></tr>'
+        for decision in changes[:REPORT_DECISIONS]
+    ]
+    head = "".join(f'<th class="text">{h}</th>' if h in ("metric", "reason") else f"<th>{h}</th>" for h in headings)
+    parts.append(f'<div class="table"><table class="decisions"><tr>{head}</tr>{"".join(rows)}</table></div>')
+    if len(changes) > REPORT_DECISIONS:
+        parts.append(
+            f'<p class="cut">The first {REPORT_DECISIONS} changes are shown; {len(changes) - REPORT_DECISIONS} more '
+            "are cut here (result.json lists them).</p>"
+        )
+    return parts
+
+
+def _workload(workload: Mapping[str, Any]) -> list[str]:
+    trace = workload["trace"]
+    charts, bucketed = _charts(workload)
+    title = f"{workload['namespace']}/{workload['name']} ({workload['model']})"
+    facts = (
+        f"{trace['samples']} samples over {_into(trace['end'] - trace['start'])[1:]} (h:mm:ss) · knee "
+        f"{workload['knee_concurrency']:g} requests per replica · start-up {workload['startup_seconds']:g} s · "
+        f"{workload['min_replicas']} to {workload['max_replicas']} replicas · signals: "
+        f"{', '.join(workload['signals'])}"
+    )
+    parts = [f'<section class="workload"><h2>{escape(title)}</h2>', f'<p class="meta">{escape(facts)}</p>']
+    if bucketed:
+        parts.append(
+            f'<p class="notes">Drawn downsampled: the charts hold {BUCKETS} equal buckets of time, each showing the '
+            "most demand and the fewest ready replicas (the most asked for) in it, so no peak or overflow vanishes; "
+            "the figures below are from every sample.</p>"
+        )
+    parts += ['<div class="charts">', *(f"<figure>{chart}</figure>" for chart in charts), "</div>"]
+    parts += ["<h3>Figures</h3>", _figures(workload)]
+    if workload["unpriced"] is not None:
+        parts.append(f"<p>No cost: {escape(workload['unpriced'])}.</p>")
+    parts += ["<h3>Decisions</h3>", *_decisions(workload), "</section>"]
+    return parts
+
+
+def _source(source: Mapping[str, Any]) -> str:
+    if "demand" in source:
+        return f"demand from {source['demand']}"
+    return f"demand from {source['prometheus']}, the last {source['since_seconds']:g} s"
+
+
+def render_report(document: Mapping[str, Any]) -> str:
+    workloads = document["workloads"]
+    title = "Autoscaler replay"
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{title}</title>",
+            f"<style>{_STYLE}</style>",
+            "</head><body><main>",
+            f"<h1>{title}</h1>",
+            f'<p class="meta">{escape(_source(document["source"]))} · {len(workloads)} '
+            f"workload{'s' if len(workloads) != 1 else ''} · plimsoll autoscale replay</p>",
+            *(part for workload in workloads for part in _workload(workload)),
+            "</main></body></html>",
+        ]
+    )
+
+
+def write_report(out: Path, document: Mapping[str, Any]) -> Path:
+    path = out / REPORT_FILE
+    write_atomically(path, render_report(document))
+    return path

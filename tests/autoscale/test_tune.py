@@ -1,0 +1,198 @@
+"""`plimsoll autoscale replay --tune` through the real CLI: on a slow diurnal trace less headroom (a higher margin, a
+shorter window) is cheaper and stays within the budget, which a plain replay of the pasted config change confirms;
+on a burst faster than a start-up no candidate meets a tight budget; the printed YAML loads as config; bad budgets
+are refused in one line with exit 2."""
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.autoscale.demand import parse_demand
+from exporter.autoscale.tune import MARGINS, tune, windows
+from exporter.cli import main
+from exporter.config import load_config
+
+KNEE = 10
+STARTUP = 120
+STEP = 15
+DAY = 6 * 3600  # a short "day": the tests replay 44 candidates
+
+
+def _config(tmp_path: Path, name: str = "plimsoll.yaml", margin: str = "0.8", window: str = "10m") -> Path:
+    path = tmp_path / name
+    path.write_text(
+        "pricing:\n  gpu_hour:\n    H100-80GB: 2.5\n"
+        f"autoscaling:\n  margin: {margin}\n  demand_window: {window}\n  workloads:\n"
+        "    - model: llama\n      name: vllm-llama\n      namespace: inference\n      min_replicas: 1\n"
+        f"      max_replicas: 20\n      startup: {STARTUP}s\n      knee_concurrency: {KNEE}\n      gpu: H100-80GB\n"
+    )
+    return path
+
+
+def _csv(tmp_path: Path, demand: list[float]) -> Path:
+    path = tmp_path / "demand.csv"
+    path.write_text("time,demand\n" + "".join(f"{i * STEP},{value:.3f}\n" for i, value in enumerate(demand)))
+    return path
+
+
+def _diurnal() -> list[float]:
+    """10 to 100 requests in flight and back: slow beside a start-up, so the scaler can follow it closely."""
+    return [55 - 45 * math.cos(2 * math.pi * i * STEP / DAY) for i in range(DAY // STEP + 1)]
+
+
+def _burst() -> list[float]:
+    """An hour at 10 with a step to 80 for ten minutes: no scaler has it ready before a start-up has passed."""
+    return [80.0 if 1200 <= i * STEP < 1800 else 10.0 for i in range(3600 // STEP + 1)]
+
+
+def _demand_request_seconds(demand: list[float]) -> float:
+    return sum(value * STEP for value in demand[:-1])
+
+
+def _run(capsys: pytest.CaptureFixture[str], config: Path, demand: Path, *argv: str) -> tuple[int, str, str]:
+    status = main(["autoscale", "replay", "--config", str(config), "--demand", str(demand), *argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def _json(capsys: pytest.CaptureFixture[str], config: Path, demand: Path, *argv: str) -> dict[str, Any]:
+    status, out, _ = _run(capsys, config, demand, "--format", "json", *argv)
+    assert status == 0
+    document: dict[str, Any] = json.loads(out)
+    return document
+
+
+def _pasted(tmp_path: Path, config: Path, change: str) -> Path:
+    """The config with the printed change pasted over its autoscaling knobs."""
+    whole = yaml.safe_load(config.read_text())
+    whole["autoscaling"].update(yaml.safe_load(change)["autoscaling"])
+    path = tmp_path / "tuned.yaml"
+    path.write_text(yaml.safe_dump(whole))
+    return path
+
+
+def test_less_headroom_is_cheaper_within_budget_and_a_replay_confirms_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, demand = _config(tmp_path), _diurnal()
+    trace = _csv(tmp_path, demand)
+    document = _json(capsys, config, trace, "--tune", "--overflow-budget", "0.5%")
+    tune = document["tune"]
+    assert tune["overflow_budget"] == 0.005
+    assert tune["replays"] == len(MARGINS) * 4  # 0.8 is on the grid; windows 10m, 7m, 5m, 2m
+    current, chosen = tune["current"], tune["chosen"]
+    assert (current["margin"], current["demand_window_seconds"]) == (0.8, 600)
+    assert current["replica_hours"] == pytest.approx(document["workloads"][0]["replica_hours"])
+    # Less headroom and a shorter memory of the peak: clearly fewer replica-hours, and still within the budget.
+    assert chosen["margin"] > 0.8
+    assert chosen["demand_window_seconds"] < 600
+    assert chosen["replica_hours"] < 0.9 * current["replica_hours"]
+    assert chosen["cost"] == pytest.approx(chosen["replica_hours"] * 2.5)
+    # The check that does not trust the tuner: the pasted change, loaded as config and replayed on its own.
+    tuned = _pasted(tmp_path, config, tune["config_change"])
+    autoscaling = load_config(str(tuned)).autoscaling
+    assert autoscaling is not None
+    assert (autoscaling.margin, autoscaling.demand_window_seconds) == (
+        chosen["margin"],
+        chosen["demand_window_seconds"],
+    )
+    (replayed,) = _json(capsys, tuned, trace)["workloads"]
+    assert replayed["replica_hours"] == pytest.approx(chosen["replica_hours"])
+    assert replayed["overflow_request_seconds"] <= 0.005 * _demand_request_seconds(demand)
+    # A tighter budget costs more headroom.
+    tighter = _json(capsys, config, trace, "--tune", "--overflow-budget", "0.1%")["tune"]["chosen"]
+    assert tighter["margin"] < chosen["margin"]
+    assert tighter["replica_hours"] > chosen["replica_hours"]
+
+
+def test_the_printed_yaml_is_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = _config(tmp_path)
+    status, out, _ = _run(capsys, config, _csv(tmp_path, _diurnal()), "--tune")
+    assert status == 0
+    assert "tune: 44 replays" in out
+    pasted = out[out.index("autoscaling:") :]
+    change = yaml.safe_load(pasted)
+    assert set(change) == {"autoscaling"} and set(change["autoscaling"]) == {"margin", "demand_window"}
+    autoscaling = load_config(str(_pasted(tmp_path, config, pasted))).autoscaling
+    assert autoscaling is not None
+    assert autoscaling.margin == change["autoscaling"]["margin"]
+
+
+def test_a_budget_nothing_meets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config, trace = _config(tmp_path), _csv(tmp_path, _burst())
+    tune = _json(capsys, config, trace, "--tune", "--overflow-budget", "0.1%")["tune"]
+    assert tune["chosen"] is None and tune["config_change"] is None
+    lowest = tune["lowest_overflow"]
+    assert not lowest["meets_budget"] and lowest["worst_overflow_share"] > 0.001
+    status, out, _ = _run(capsys, config, trace, "--tune", "--overflow-budget", "0.1%")
+    assert status == 0
+    assert f"no candidate meets the budget: the lowest overflow reached is {lowest['worst_overflow_share']:.3%}" in out
+    assert "demand_window:" not in out
+
+
+def test_the_window_steps() -> None:
+    assert windows(600, 120) == (600, 420, 300, 120)
+    assert windows(300, 300) == (300,)
+    assert windows(180, 120) == (180, 120)  # no whole minute strictly between
+
+
+def test_without_tune_there_is_no_tune_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "tune" not in _json(capsys, _config(tmp_path), _csv(tmp_path, _burst()))
+
+
+@pytest.mark.parametrize("budget", ["0.5", "abc%", "%", "-1%", "100%", "nan%", "inf%"])
+def test_a_bad_budget_exits_2_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], budget: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        _run(capsys, _config(tmp_path), _csv(tmp_path, _burst()), "--tune", f"--overflow-budget={budget}")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    (line,) = [line for line in err.splitlines() if "--overflow-budget" in line and "error" in line]
+    assert "percentage" in line
+    assert "Traceback" not in err
+
+
+def test_a_budget_without_tune_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = _run(capsys, _config(tmp_path), _csv(tmp_path, _burst()), "--overflow-budget", "1%")
+    assert status == 2 and out == ""
+    assert err.strip().count("\n") == 0 and "--overflow-budget: applies with --tune only" in err
+
+
+def test_the_docs_example_is_this_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/autoscaling.md shows this file's diurnal trace tuned: the lines there must be what the command prints."""
+    status, out, _ = _run(capsys, _config(tmp_path), _csv(tmp_path, _diurnal()), "--tune")
+    assert status == 0
+    docs = (Path(__file__).parents[2] / "docs" / "autoscaling.md").read_text()
+    shown = docs[docs.index("\ntune: 44 replays") + 1 :].split("\n```\n")[0]
+    printed = out[out.index("tune: 44 replays") :]
+    assert shown.splitlines() == [line.rstrip() for line in printed.splitlines()]
+
+
+def test_result_json_holds_the_tuning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "replay"
+    status, printed, _ = _run(capsys, _config(tmp_path), _csv(tmp_path, _diurnal()), "--tune", "--out", str(out))
+    assert status == 0
+    tune = json.loads((out / "result.json").read_text())["tune"]
+    assert tune["config_change"] in printed and tune["chosen"]["meets_budget"]
+
+
+def test_one_margin_and_window_must_hold_every_workload(tmp_path: Path) -> None:
+    """The knobs are the config's, shared by its workloads: a workload whose burst no candidate absorbs leaves the
+    budget unmet for both, though the other alone would meet it."""
+    config = _config(tmp_path)
+    text = config.read_text()
+    second = text[text.index("    - model: llama") :].replace("llama", "qwen")
+    config.write_text(text + second)
+    autoscaling = load_config(str(config)).autoscaling
+    assert autoscaling is not None
+    llama, qwen = autoscaling.workloads
+    diurnal = parse_demand(_csv(tmp_path, _diurnal()).read_text(), "diurnal.csv")
+    burst = parse_demand(_csv(tmp_path, _burst()).read_text(), "burst.csv")
+    alone = tune(autoscaling, [(llama, diurnal, KNEE)], None, 0.005)
+    both = tune(autoscaling, [(llama, diurnal, KNEE), (qwen, burst, KNEE)], None, 0.005)
+    assert alone.chosen is not None and alone.replays == 44
+    assert both.chosen is None and both.replays == 88
+    assert both.lowest_overflow.overflow_shares[0] <= 0.005 < both.lowest_overflow.overflow_shares[1]
