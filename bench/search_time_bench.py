@@ -19,7 +19,7 @@ about 10 s on this machine: it loads torch and a tokenizer). GuideLLM comes from
 (`python3 -m venv /tmp/gl-venv && /tmp/gl-venv/bin/pip install guidellm==0.8.1`), never Plimsoll's dependencies; its
 rows are skipped, and say so, without it.
 
-Run: .venv/bin/python -m bench.search_time_bench --guidellm /tmp/gl-venv
+Run: .venv/bin/python -m bench.search_time_bench --guidellm /tmp/gl-venv [--repeat 2]
 """
 
 import argparse
@@ -129,6 +129,13 @@ def _sweep(venv: Path, model_dir: Path, base: str, out: Path) -> Row:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--guidellm", type=Path, help="a venv with guidellm installed (its rows skipped without)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=0,
+        help="then run the SLO-knee pair (plimsoll --slo, guidellm goodput) this many times more, alternating which "
+        "goes first, for the spread of their ratio",
+    )
     args = parser.parse_args()
     guidellm = args.guidellm if args.guidellm and (args.guidellm / "bin" / "guidellm").exists() else None
     install = ensure_vllm(DEFAULT_CACHE_DIR)
@@ -143,6 +150,13 @@ def main() -> None:
             rows.append(_goodput(guidellm, install.model_dir, base, work / "goodput.json", slo_ms))
             rows.append(_knee(guidellm, install.model_dir, base, work / "knee.json"))
             rows.append(_sweep(guidellm, install.model_dir, base, work / "sweep.json"))
+            for round_ in range(args.repeat):
+                plimsoll_first = round_ % 2 == 1
+                if plimsoll_first:
+                    rows.append(_plimsoll(base, work / f"plimsoll-slo-{round_}", slo_ms))
+                rows.append(_goodput(guidellm, install.model_dir, base, work / f"goodput-{round_}.json", slo_ms))
+                if not plimsoll_first:
+                    rows.append(_plimsoll(base, work / f"plimsoll-slo-{round_}", slo_ms))
     print(f"engine: vLLM CPU, KV pool of 15 requests (saturates at 16); SLO ttft={slo_ms}ms at {OBJECTIVE:g}")
     if guidellm is None:
         print("guidellm skipped: pass --guidellm VENV, a venv with guidellm installed")
