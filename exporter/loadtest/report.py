@@ -10,7 +10,7 @@ from html import escape
 from typing import Any
 
 from exporter.loadtest.measure import describe_load, open_loop, step_load
-from exporter.svg import Axis, Marker, Reference, Series, line_chart
+from exporter.svg import PAGE_CSS, Axis, Marker, Reference, Series, line_chart
 
 # Colours that stay apart for the common colour-vision deficiencies (Okabe-Ito).
 _BLUE, _ORANGE, _GREEN, _VERMILION, _PURPLE, _SKY, _YELLOW = (
@@ -38,11 +38,9 @@ _LIMITED_BY = {
     "none": "nothing: the run ended before a limit was found",
 }
 
-_STYLE = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1b1b1b; margin: 0;
-       background: #f6f7f9; }
-main { max-width: 1180px; margin: 0 auto; padding: 20px 24px 40px; }
-h1 { font-size: 22px; margin: 0 0 4px; }
+_STYLE = (
+    PAGE_CSS
+    + """
 h2 { font-size: 17px; margin: 28px 0 10px; }
 .meta { color: #555; margin: 0 0 16px; }
 .verdict { background: #fff; border: 1px solid #d8dce2; border-left: 6px solid #0072b2; border-radius: 6px;
@@ -53,27 +51,13 @@ h2 { font-size: 17px; margin: 28px 0 10px; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; margin: 10px 0 0; }
 dl.facts dt { color: #555; }
 dl.facts dd { margin: 0; }
-.notes { background: #fff8e5; border: 1px solid #e6c96b; border-radius: 6px; padding: 8px 16px; }
-.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 14px; }
-.charts figure { margin: 0; background: #fff; border: 1px solid #d8dce2; border-radius: 6px; padding: 6px; }
-svg.chart { display: block; max-width: 100%; height: auto; font-family: inherit; }
-svg .title { font-size: 14px; font-weight: 600; fill: #1b1b1b; }
-svg .tick, svg .legend { font-size: 11px; fill: #444; }
-svg .label { font-size: 12px; fill: #1b1b1b; }
-svg .grid { stroke: #e5e7eb; stroke-width: 1; }
-svg .axis { stroke: #888; stroke-width: 1; }
-svg .series { fill: none; stroke-width: 2; }
-svg .reference { stroke-width: 1.5; stroke-dasharray: 3 3; }
 svg .marker { stroke-width: 1.5; stroke-dasharray: 2 3; }
-div.table { overflow-x: auto; }
-table { border-collapse: collapse; background: #fff; width: 100%; font-variant-numeric: tabular-nums; }
-th, td { border: 1px solid #d8dce2; padding: 4px 8px; text-align: right; white-space: nowrap; }
-th { background: #eef0f3; font-weight: 600; }
 td.text { text-align: left; white-space: normal; min-width: 320px; }
 tr.knee td { background: #e8f1fa; font-weight: 600; }
 tr.fail td.verdict-cell { color: #b00020; }
 .empty { color: #555; font-style: italic; }
 """
+)
 
 
 def render_report(result: Mapping[str, Any]) -> str:

