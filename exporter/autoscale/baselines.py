@@ -7,21 +7,15 @@ least a fleet can run without demand above its knee).
 """
 
 import bisect
-import math
 from collections.abc import Sequence
 
 from exporter.autoscale.demand import DemandPoint
-from exporter.autoscale.fleet import FleetChange, Run, run
-
-
-def _needed(demand: float, knee_concurrency: float, bounds: tuple[int, int]) -> int:
-    minimum, maximum = bounds
-    return min(max(math.ceil(demand / knee_concurrency), minimum), maximum)
+from exporter.autoscale.fleet import FleetChange, Run, replicas_needed, run
 
 
 def static_peak(trace: Sequence[DemandPoint], knee_concurrency: float, bounds: tuple[int, int]) -> Run:
     """One fleet size all along: the replicas the trace's peak demand needs. `bounds` is (min, max) replicas."""
-    replicas = _needed(max(point.demand for point in trace), knee_concurrency, bounds)
+    replicas = replicas_needed(max(point.demand for point in trace), knee_concurrency, bounds)
     return run(trace, [FleetChange(trace[0].time, replicas, replicas)], knee_concurrency)
 
 
@@ -31,7 +25,7 @@ def oracle(
     """Ready replicas = those needed now; replicas that exist (and cost) = the most needed over the next start-up
     time, since a replica needed then must already be starting."""
     times = [point.time for point in trace]
-    needed = [_needed(point.demand, knee_concurrency, bounds) for point in trace]
+    needed = [replicas_needed(point.demand, knee_concurrency, bounds) for point in trace]
     start, end = times[0], times[-1]
     # The count that exists changes where a sample starts or leaves the look-ahead [t, t + start-up].
     breaks = sorted({*times, *(time - startup_seconds for time in times if start < time - startup_seconds < end)})
@@ -39,7 +33,5 @@ def oracle(
     for time in breaks:
         first = bisect.bisect_right(times, time) - 1
         last = bisect.bisect_right(times, time + startup_seconds)
-        change = FleetChange(time, max(needed[first:last]), needed[first])
-        if not fleet or (fleet[-1].replicas, fleet[-1].ready) != (change.replicas, change.ready):
-            fleet.append(change)
+        fleet.append(FleetChange(time, max(needed[first:last]), needed[first]))
     return run(trace, fleet, knee_concurrency)

@@ -6,6 +6,7 @@ ending at its last sample's time.
 """
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,9 +38,26 @@ class Run:
     figures: Figures
 
 
+def replicas_needed(demand: float, per_replica: float, bounds: tuple[int, int]) -> int:
+    """ceil(demand / per_replica), within `bounds` (min, max replicas)."""
+    minimum, maximum = bounds
+    return min(max(math.ceil(demand / per_replica), minimum), maximum)
+
+
+def _merged(fleet: Sequence[FleetChange]) -> tuple[FleetChange, ...]:
+    """`fleet` without the changes that leave it as it was."""
+    kept: list[FleetChange] = []
+    for change in fleet:
+        if not kept or (kept[-1].replicas, kept[-1].ready) != (change.replicas, change.ready):
+            kept.append(change)
+    return tuple(kept)
+
+
 def run(trace: Sequence[DemandPoint], fleet: Sequence[FleetChange], knee_concurrency: float) -> Run:
     """`fleet` (sorted by time, its first change at or before the trace's first sample) measured against
-    `trace`, one replica serving `knee_concurrency` requests within its SLOs."""
+    `trace`, one replica serving `knee_concurrency` requests within its SLOs; a change to the state the fleet
+    already has is dropped."""
+    fleet = _merged(fleet)
     end = trace[-1].time
     times = sorted(
         {point.time for point in trace} | {change.time for change in fleet if trace[0].time < change.time < end}
@@ -58,4 +76,4 @@ def run(trace: Sequence[DemandPoint], fleet: Sequence[FleetChange], knee_concurr
             overflow_seconds += length
             overflow_request_seconds += excess * length
     peak = max(change.replicas for change in fleet if change.time <= end)
-    return Run(tuple(fleet), Figures(replica_seconds / 3600, overflow_seconds, overflow_request_seconds, peak))
+    return Run(fleet, Figures(replica_seconds / 3600, overflow_seconds, overflow_request_seconds, peak))

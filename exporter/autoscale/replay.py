@@ -14,13 +14,12 @@ Prometheus' own scrape and rule-evaluation delays are not modelled either: the t
 """
 
 import bisect
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.autoscale import hpa
 from exporter.autoscale.demand import DemandPoint
-from exporter.autoscale.fleet import FleetChange, Run, run
+from exporter.autoscale.fleet import FleetChange, Run, replicas_needed, run
 from exporter.scaling import PEAK_DEMAND, ScalerSpec, Target
 
 
@@ -29,10 +28,6 @@ class Replay:
     run: Run
     decisions: tuple[hpa.Decision, ...]  # every sync that changed the replicas or was held back from a change
     signals: tuple[str, ...]  # the signals modelled: the queue only where the trace has queue_sum
-
-
-def _clamp(replicas: int, spec: ScalerSpec) -> int:
-    return min(max(replicas, spec.min_replicas), spec.max_replicas)
 
 
 class _Trace:
@@ -61,7 +56,7 @@ def _readings(trace: _Trace, spec: ScalerSpec, time: float, knee_concurrency: fl
     if spec.demand.measure == PEAK_DEMAND:
         demand = peak
     else:  # the replicas-needed rule, clamped to the bounds as the rule is
-        demand = _clamp(math.ceil(peak / (knee_concurrency * spec.margin)), spec)
+        demand = replicas_needed(peak, knee_concurrency * spec.margin, (spec.min_replicas, spec.max_replicas))
     readings = [_reading(spec.demand, demand)]
     queue = trace.at(time).queue_sum
     if queue is not None:
@@ -89,7 +84,8 @@ def replay(trace: Sequence[DemandPoint], spec: ScalerSpec, startup_seconds: floa
     requests within its SLOs."""
     view = _Trace(trace)
     start, end = trace[0].time, trace[-1].time
-    initial = _clamp(math.ceil(trace[0].demand / (knee_concurrency * spec.margin)), spec)
+    bounds = (spec.min_replicas, spec.max_replicas)
+    initial = replicas_needed(trace[0].demand, knee_concurrency * spec.margin, bounds)
     pods = [start] * initial
     history = hpa.first_history(start, initial)
     fleet: list[FleetChange] = []
@@ -98,14 +94,11 @@ def replay(trace: Sequence[DemandPoint], spec: ScalerSpec, startup_seconds: floa
     while (now := start + step * hpa.SYNC_PERIOD_SECONDS) <= end:
         ready = sum(1 for ready_time in pods if ready_time <= now)
         readings = _readings(view, spec, now, knee_concurrency)
-        bounds = (spec.min_replicas, spec.max_replicas)
         decision, history = hpa.decide(spec.behavior, bounds, history, now, len(pods), ready, readings)
         if decision.replicas != len(pods) or decision.proposed_replicas != len(pods):
             decisions.append(decision)
         pods = _resized(pods, decision.replicas, now + startup_seconds)
-        for change in _changes(pods, now, now + hpa.SYNC_PERIOD_SECONDS):
-            if not fleet or (fleet[-1].replicas, fleet[-1].ready) != (change.replicas, change.ready):
-                fleet.append(change)
+        fleet.extend(_changes(pods, now, now + hpa.SYNC_PERIOD_SECONDS))
         step += 1
     signals = tuple(reading.metric for reading in _readings(view, spec, start, knee_concurrency))
     return Replay(run(trace, fleet, knee_concurrency), tuple(decisions), signals)
