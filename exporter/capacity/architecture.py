@@ -158,6 +158,24 @@ _CONFIG_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
         ),
     }
 )
+# The same for a language model nested in a multimodal config, whose file may list only the keys that differ from
+# the text config class's defaults: LLaVA-NeXT's Mistral text_config omits hidden_size, num_hidden_layers and
+# num_attention_heads (transformers' MistralConfig defaults below). A top-level config.json of these families names
+# its shape, so a missing key there stays an error.
+_NESTED_TEXT_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {
+        "mistral": MappingProxyType(
+            {
+                "hidden_size": 4096,
+                "intermediate_size": 14336,
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "vocab_size": 32000,
+            }
+        ),
+    }
+)
 
 
 # Families whose layers keep a recurrent state (Mamba, RWKV, linear attention) beside or instead of a KV cache:
@@ -332,10 +350,14 @@ def _moe(config: dict[str, Any], num_layers: int, source: str) -> MoE | None:
     shared_experts = _optional(config, "n_shared_experts", source, least=0, most=MAX_HEADS)
     if shared_experts:
         shared = shared_experts * expert_size
+    if str(config.get("model_type")) == "llama4_text":
+        shared = expert_size  # every Llama 4 MoE layer adds one shared expert of the routed experts' size
     first_dense = _optional(config, "first_k_dense_replace", source, least=0, most=MAX_LAYERS) or 0
     dense = set(range(min(first_dense, num_layers)))
     dense |= {_in_range(i, "mlp_only_layers[]", source, 0, num_layers - 1) for i in config.get("mlp_only_layers") or []}
-    step = _optional(config, "decoder_sparse_step", source, most=MAX_LAYERS) or 1
+    # Qwen's decoder_sparse_step and Llama 4's interleave_moe_layer_step: every step-th layer is MoE, the rest dense.
+    step_keys = [k for k in ("decoder_sparse_step", "interleave_moe_layer_step") if config.get(k) is not None]
+    step = _in_range(config[step_keys[0]], step_keys[0], source, 1, MAX_LAYERS) if step_keys else 1
     dense |= {i for i in range(num_layers) if (i + 1) % step != 0}
     per_token_key = _first(config, "num_experts_per_tok", "experts_per_token", "top_k")
     per_token = 1 if per_token_key is None else _in_range(config[per_token_key], per_token_key, source, 1, experts)
@@ -569,7 +591,9 @@ def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> Mo
     body = {**config, **text} if text else config
     if "model_type" in config and text is not None:
         body["model_type"] = text.get("model_type", config["model_type"])
-    body = {**_CONFIG_DEFAULTS.get(str(body.get("model_type")), {}), **body}
+    model_type = str(body.get("model_type"))
+    nested = _NESTED_TEXT_DEFAULTS.get(model_type, {}) if text is not None else {}
+    body = {**nested, **_CONFIG_DEFAULTS.get(model_type, {}), **body}
     _refuse_recurrent_state(body, source)
     hidden = _count(body, "hidden_size", source, "n_embd", "d_model", most=MAX_WIDTH)
     layers = _count(body, "num_hidden_layers", source, "n_layer", "num_layers", most=MAX_LAYERS)
@@ -584,7 +608,10 @@ def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> Mo
         num_attention_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        intermediate_size=_count(body, "intermediate_size", source, "n_inner", "ffn_dim", most=MAX_WIDTH),
+        # Llama 4 sizes its dense layers by intermediate_size_mlp; its intermediate_size is the experts'.
+        intermediate_size=_count(
+            body, "intermediate_size_mlp", source, "intermediate_size", "n_inner", "ffn_dim", most=MAX_WIDTH
+        ),
         vocab_size=_count(body, "vocab_size", source, most=MAX_VOCAB),
         tie_word_embeddings=bool(
             body.get("tie_word_embeddings", config.get("tie_word_embeddings", _ties_by_default(body)))

@@ -48,8 +48,9 @@ NON_TORCH_BYTES_SINGLE_GPU = round(0.25 * GIB)
 NON_TORCH_BYTES_MULTI_GPU = round(2.1 * GIB)
 
 # CUDA graphs: vLLM >= 0.21 estimates their pool and subtracts it from the KV budget unless --enforce-eager.
-# 0.85 GiB is the median of the estimates v0.19 printed for 15 models on H100 (0.52 to 1.82 GiB).
-CUDA_GRAPH_BYTES = round(0.85 * GIB)
+# 0.82 GiB is the median of the 31 estimates in bench/data (vLLM 0.19 on H100 for 15 models, 0.29 on L40S and on an
+# RTX PRO 4500 MIG slice: 0.05 to 1.82 GiB).
+CUDA_GRAPH_BYTES = round(0.82 * GIB)
 
 # Hybrid (sliding + full) models: v0.10 logs count tokens as blocks per group x block size, v0.19 logs as
 # concurrency x max_model_len; the change lies between them and is placed at v0.12 (not pinned to a release).

@@ -80,21 +80,21 @@ def _gib(low: float, high: float, samples: int) -> Spread:
 
 
 SHIPPED_SPREADS = TermSpreads(
-    weights=Spread(-0.004, 0.067, 45),
-    activation=Spread(-0.61, 1.596, 29),
-    activation_by_version=(((0, 19), Spread(-0.029, 0.136, 20)),),
-    non_torch_single_gpu=_gib(-0.22, 0.50, 30),
+    weights=Spread(-0.003, 0.067, 51),
+    activation=Spread(-0.631, 2.583, 33),
+    activation_by_version=(((0, 19), Spread(-0.029, 0.135, 21)), ((0, 29), Spread(0.0, 2.721, 3))),
+    non_torch_single_gpu=_gib(-0.22, 0.50, 31),
     non_torch_multi_gpu=_gib(-2.13, 0.39, 8),
     non_torch_by_version=(
         ((False, (0, 19)), _gib(-0.02, 0.22, 18)),
         ((True, (0, 19)), _gib(-0.06, 0.15, 5)),
     ),
-    cuda_graphs=_gib(-0.87, 1.04, 26),
+    cuda_graphs=_gib(-0.83, 1.06, 31),
     weights_by_format=(
-        (UNQUANTIZED, Spread(-0.003, 0.067, 26)),
+        (UNQUANTIZED, Spread(-0.002, 0.066, 29)),
         ("awq", Spread(0.0, 0.003, 2)),
         ("bitsandbytes", Spread(-0.006, 0.012, 2)),
-        ("fp8", Spread(0.0, 0.004, 6)),
+        ("fp8", Spread(-0.002, 0.018, 9)),
         ("gptq", Spread(0.0, 0.002, 3)),
         ("int", Spread(0.0, 0.006, 1)),
         ("mxfp4", Spread(-0.019, 0.083, 5)),

@@ -4,12 +4,13 @@ weights, and the encoder's pass over vLLM's dummy images in the profiling run, w
 The configs are the presets' real config.json files (each preset's `_preset.source` names where it came from).
 """
 
+import dataclasses
 import json
 
 import pytest
 
 from exporter.capacity.activation import encoder_profile
-from exporter.capacity.architecture import from_hf_config
+from exporter.capacity.architecture import ModelConfigError, from_hf_config
 from exporter.capacity.deployment import Deployment
 from exporter.capacity.kv import kv_layout
 from exporter.capacity.plan import plan
@@ -20,13 +21,17 @@ from exporter.cli import main
 
 GIB = 1024**3
 
-# (KV bytes per token of the language model, 16-bit; total parameters the Hub's safetensors metadata publishes)
+# (KV bytes per token of the language model, 16-bit; total parameters published: the Hub's safetensors metadata,
+# or the model card where the preset's _preset.notes say so)
 FAMILIES = {
     "qwen2.5-vl-7b": (2 * 4 * 128 * 2 * 28, 8.29e9),
     "qwen3-vl-4b": (2 * 8 * 128 * 2 * 36, 4.44e9),
     "gemma-3-4b": (None, 4.30e9),  # sliding-window hybrid: per-token bytes depend on the context
     "gemma-3-27b": (None, 27.4e9),
     "mistral-small-3.1-24b": (2 * 8 * 128 * 2 * 40, 24.0e9),
+    # Model card: "109B total" and "400B total"; every layer keeps a full KV cache (vLLM's default for Llama 4).
+    "llama-4-scout-17b-16e": (2 * 8 * 128 * 2 * 48, 109e9),
+    "llama-4-maverick-17b-128e": (2 * 8 * 128 * 2 * 48, 400e9),
 }
 
 
@@ -48,6 +53,97 @@ def test_qwen2_5_vl_vision_tower_counts_a_swiglu_vit_and_its_patch_merger():
     # Qwen2.5-VL's ViT and merger are 0.67B of the 8.29B; the text model alone (qwen2.5-7b) is 7.62B.
     text_only = count_parameters(load_model("qwen2.5-7b"))
     assert count_parameters(load_model("qwen2.5-vl-7b")) - text_only == pytest.approx(0.675e9, rel=0.01)
+
+
+def test_llama4_scout_puts_a_shared_expert_beside_the_routed_ones_in_every_layer():
+    moe = load_model("llama-4-scout-17b-16e").moe
+    assert moe is not None
+    assert (moe.num_experts, moe.experts_per_token, moe.dense_layers) == (16, 1, frozenset())
+    # Without the shared expert (8192 wide, every layer) the count falls 6.04B short of the card's 109B.
+    assert (moe.expert_intermediate_size, moe.shared_intermediate_size) == (8192, 8192)
+
+
+def test_llama4_maverick_alternates_dense_and_moe_layers():
+    arch = load_model("llama-4-maverick-17b-128e")
+    assert arch.moe is not None
+    # interleave_moe_layer_step 2: layers 1, 3, ..., 47 are MoE, the even ones dense MLPs of intermediate_size_mlp.
+    assert arch.moe.dense_layers == frozenset(range(0, 48, 2))
+    assert (arch.intermediate_size, arch.moe.expert_intermediate_size) == (16384, 8192)
+
+
+def test_llama4_on_h100s_plans_through_the_cli(capsys):
+    argv = ["plan", "--model", "meta-llama/Llama-4-Scout-17B-16E-Instruct", "--gpu", "H100", "--tp", "4"]
+    assert main([*argv, "--max-model-len", "65536", "--format", "json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["kv_cache_bytes"] > 0
+
+
+# LLAVA_NEXT_7B_CONFIG in NVIDIA TensorRT-LLM's tests/unittest/_torch/modeling/test_modeling_llava_next.py (commit
+# 380e542681475b6c003a88ed737206f8596d9f0e): llava-hf/llava-v1.6-mistral-7b-hf's config.json with the vision tower cut
+# to 2 layers for that test ("24 layers for full model"), so it checks the reader, not a parameter total. Its
+# text_config lists only what differs from transformers' MistralConfig: no hidden_size, layers or attention heads.
+LLAVA_NEXT_MISTRAL_7B = {
+    "architectures": ["LlavaNextForConditionalGeneration"],
+    "ignore_index": -100,
+    "image_grid_pinpoints": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
+    "image_token_index": 32000,
+    "model_type": "llava_next",
+    "projector_hidden_act": "gelu",
+    "text_config": {
+        "_name_or_path": "mistralai/Mistral-7B-Instruct-v0.2",
+        "architectures": ["MistralForCausalLM"],
+        "intermediate_size": 14336,
+        "max_position_embeddings": 32768,
+        "model_type": "mistral",
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 1000000.0,
+        "sliding_window": None,
+        "torch_dtype": "bfloat16",
+        "vocab_size": 32064,
+    },
+    "torch_dtype": "float16",
+    "transformers_version": "4.39.0.dev0",
+    "use_image_newline_parameter": True,
+    "vision_config": {
+        "hidden_size": 1024,
+        "image_size": 336,
+        "intermediate_size": 4096,
+        "model_type": "clip_vision_model",
+        "num_attention_heads": 16,
+        "num_hidden_layers": 2,
+        "patch_size": 14,
+        "projection_dim": 768,
+        "vocab_size": 32000,
+    },
+    "vision_feature_layer": -2,
+    "vision_feature_select_strategy": "default",
+    "vocab_size": 32064,
+}
+
+
+def test_a_nested_mistral_text_config_takes_transformers_defaults_for_the_keys_it_leaves_out():
+    arch = from_hf_config(LLAVA_NEXT_MISTRAL_7B, "config.json")
+    assert (arch.hidden_size, arch.num_layers, arch.num_attention_heads, arch.num_kv_heads) == (4096, 32, 32, 8)
+    assert (arch.head_dim, arch.vocab_size, arch.sliding_window) == (128, 32064, None)
+    assert kv_layout(arch, 1, None, 2).bytes_per_token == 2 * 8 * 128 * 2 * 32
+    # The language model is Mistral 7B's (the mistral-7b preset, v0.3) but for its 32064-token vocabulary.
+    text_only = count_parameters(dataclasses.replace(arch, vision=None))
+    mistral = load_model("mistral-7b")
+    assert text_only - count_parameters(mistral) == (32064 - mistral.vocab_size) * 4096 * 2
+
+
+def test_the_largest_llava_next_image_is_the_base_tile_and_a_2_x_2_grid():
+    vision = from_hf_config(LLAVA_NEXT_MISTRAL_7B, "config.json").vision
+    assert vision is not None
+    # 24 x 24 patches a 336 px tile: 576 for the base view, 48 x 48 for 672 x 672 and a newline token a row.
+    assert vision.image_tokens == 576 + 48 * 48 + 48
+
+
+def test_a_top_level_mistral_config_still_names_its_own_shape():
+    config = dict(LLAVA_NEXT_MISTRAL_7B["text_config"])
+    with pytest.raises(ModelConfigError, match="hidden_size"):
+        from_hf_config(config, "config.json")
 
 
 def test_the_language_model_may_be_nested_as_llm_config():
