@@ -14,8 +14,11 @@ met by 90% of requests. Each tool then answers the question it offers:
 - GuideLLM `sweep`: its default 10-point request-rate sweep between synchronous and maximum throughput (no single
   answer: the rates a user reads the knee from by eye).
 
-Every level runs 5 s. Times are wall clock from the command's start to its exit, start-up included (GuideLLM's is
-about 10 s on this machine: it loads torch and a tokenizer). GuideLLM comes from a throwaway venv named by --guidellm
+Every level runs 5 s. GuideLLM runs no warm-up here (none is its default); plimsoll runs its minimum
+(`--warmup 0s`: each step still warms up for the p99 lifetime of a request at the level below, scaled by the load
+where that level queued, so its workers ramp in over at least one request's lifetime). Times are wall clock from the
+command's start to its exit, start-up included (GuideLLM's is about 10 s on this machine: it loads torch and a
+tokenizer). GuideLLM comes from a throwaway venv named by --guidellm
 (`python3 -m venv /tmp/gl-venv && /tmp/gl-venv/bin/pip install guidellm==0.8.1`), never Plimsoll's dependencies; its
 rows are skipped, and say so, without it.
 
@@ -72,7 +75,7 @@ def _unloaded_ttft_p99(base: str, out: Path) -> float:
 
 def _plimsoll(base: str, out: Path, slo_ms: int | None) -> Row:
     search = ["--max-concurrency", str(MAX_CONCURRENCY), "--tolerance", "0.1", "--objective", str(OBJECTIVE)]
-    search += ["--step-duration", f"{STEP_SECONDS}s", "--warmup", "1s", "--max-duration", "6m"]
+    search += ["--step-duration", f"{STEP_SECONDS}s", "--warmup", "0s", "--max-duration", "6m"]
     if slo_ms is not None:
         search += ["--slo", f"ttft={slo_ms}ms"]
     seconds = _timed(_plimsoll_argv(base, out, *search))
