@@ -17,12 +17,12 @@ from exporter.autoscale import hpa
 from exporter.autoscale.baselines import oracle, static_peak
 from exporter.autoscale.demand import MAX_DEMAND_BYTES, DemandError, DemandPoint, parse_demand
 from exporter.autoscale.outputs import WorkloadReplay, result_document, result_table, tune_document, write_result
-from exporter.autoscale.prometheus import demand_from_prometheus
+from exporter.autoscale.prometheus import demand_from_prometheus, prometheus_access, prometheus_url
 from exporter.autoscale.replay import replay
 from exporter.autoscale.report import write_report
 from exporter.autoscale.tune import DEFAULT_OVERFLOW_BUDGET, parse_overflow_budget, tune
 from exporter.cli_args import EXIT_OK, Formatter, Subcommands, duration_arg, env_twin, flag_type
-from exporter.config import AutoscalingConfig, Config, ScaledWorkload, load_config, validate_url
+from exporter.config import AutoscalingConfig, Config, ScaledWorkload, load_config
 from exporter.cost import gpu_hour_price
 from exporter.display import shown
 from exporter.files import read_regular_file
@@ -62,12 +62,13 @@ def add_autoscale(commands: Subcommands) -> None:
     trace.add_argument(
         "--prometheus",
         metavar="URL",
-        type=flag_type(validate_url),
+        type=flag_type(prometheus_url),
         help="a Prometheus holding the recording rules Plimsoll generates (its base URL, e.g. http://prometheus:9090)",
     )
     trace.add_argument(
         "--demand", metavar="FILE.csv", help="one workload's demand trace: columns time, demand[, queue_max, queue_sum]"
     )
+    _add_prometheus_access(replay_parser)
     replay_parser.add_argument(
         "--since",
         type=duration_arg,
@@ -96,6 +97,40 @@ def add_autoscale(commands: Subcommands) -> None:
         f"request-seconds, such as 0.1%% (default: {DEFAULT_OVERFLOW_BUDGET * 100:g}%%)",
     )
     replay_parser.set_defaults(handler=_replay)
+
+
+def _add_prometheus_access(parser: argparse.ArgumentParser) -> None:
+    """How to reach a Prometheus behind authentication or a private CA, named as Prometheus' own http client config
+    names them; each secret is read from a file, never given on the command line. Not read with --demand, so an
+    environment set up for --prometheus does not stop a CSV replay."""
+    env_twin(
+        parser,
+        "--prometheus-bearer-token-file",
+        "PLIMSOLL_PROMETHEUS_BEARER_TOKEN_FILE",
+        metavar="FILE",
+        help="with --prometheus: send the token in FILE as Authorization: Bearer",
+    )
+    env_twin(
+        parser,
+        "--prometheus-basic-auth-user",
+        "PLIMSOLL_PROMETHEUS_BASIC_AUTH_USER",
+        metavar="USER",
+        help="with --prometheus: basic auth as USER, the password from --prometheus-password-file",
+    )
+    env_twin(
+        parser,
+        "--prometheus-password-file",
+        "PLIMSOLL_PROMETHEUS_PASSWORD_FILE",
+        metavar="FILE",
+        help="with --prometheus-basic-auth-user: the file holding the password",
+    )
+    env_twin(
+        parser,
+        "--prometheus-ca-file",
+        "PLIMSOLL_PROMETHEUS_CA_FILE",
+        metavar="FILE",
+        help="with --prometheus: trust the CA certificates (PEM) in FILE instead of the system's",
+    )
 
 
 def _autoscaling(config: Config, path: str) -> AutoscalingConfig:
@@ -183,8 +218,16 @@ def _traces(args: argparse.Namespace, workloads: Sequence[ScaledWorkload]) -> li
             raise ValueError("--since: applies to --prometheus only (a --demand CSV replays whole)")
         return [_read_demand(args.demand)]
     since = DEFAULT_SINCE_SECONDS if args.since is None else args.since
+    access = prometheus_access(
+        args.prometheus_bearer_token_file,
+        args.prometheus_basic_auth_user,
+        args.prometheus_password_file,
+        args.prometheus_ca_file,
+    )
     return [
-        asyncio.run(demand_from_prometheus(args.prometheus, workload.model, since, PROMETHEUS_STEP_SECONDS))
+        asyncio.run(
+            demand_from_prometheus(args.prometheus, workload.model, since, PROMETHEUS_STEP_SECONDS, access=access)
+        )
         for workload in workloads
     ]
 

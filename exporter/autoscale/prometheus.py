@@ -17,27 +17,37 @@ last decision; a long gap shows in the trace as two points far apart. A step wit
 engine silent about its queue) keeps its demand, with no queue_sum: the replay models the queue only where it was
 recorded.
 
+Access: a Prometheus behind authentication takes a bearer token or a basic-auth user and password, each secret
+read from a file (as Prometheus' own http client config reads bearer_token_file and basic_auth.password_file), and
+one behind TLS from a private CA takes that CA's certificate. The secret goes in the Authorization header only: it
+is never in an error (an error names the file that holds it), in `Access`' repr, or in what the command writes. A
+401 or 403 says the credentials were refused, or that Prometheus asks for some where none were given.
+
 Every failure is a DemandError (the CSV's error, so the command handles both alike) naming the URL, never a
 credential, and what to do.
 """
 
 import asyncio
+import base64
 import json
 import math
+import ssl
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from yarl import URL
 
 from exporter.autoscale.demand import MAX_DEMAND_ROWS, DemandError, DemandPoint
-from exporter.config import redact_url
+from exporter.config import redact_url, validate_url
 from exporter.core.units import duration
+from exporter.files import read_regular_file
 from exporter.scaling import DEMAND_RECORD, promql_string
-from exporter.sources.http import fetch
+from exporter.sources.http import TLS_FAILED, fetch
 
 # Prometheus refuses a range query of more than 11,000 points per series.
 MAX_POINTS_PER_QUERY = 11_000
@@ -45,6 +55,26 @@ QUERY_TIMEOUT_SECONDS = 60.0
 # 11,000 points of one series is about 300 kB of JSON; anything far larger is not the answer asked for.
 MAX_ANSWER_BYTES = 8 << 20
 QUEUE_METRIC = "plimsoll_requests_waiting"
+# A token or a password is a line: a file far larger is not the one meant. A CA bundle (the system's is ~200 kB) is
+# allowed more.
+MAX_SECRET_BYTES = 64 << 10
+MAX_CA_BYTES = 4 << 20
+# What the bounded fetch says of an answer that refused the request: Prometheus behind an authenticating proxy.
+_REFUSED = frozenset(("HTTP 401", "HTTP 403"))
+_CREDENTIAL_FLAGS = (
+    "--prometheus-bearer-token-file FILE, or --prometheus-basic-auth-user USER with --prometheus-password-file FILE"
+)
+
+
+@dataclass(frozen=True)
+class Access:
+    """What reaching Prometheus takes besides its URL."""
+
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # the Authorization header: never shown
+    tls: ssl.SSLContext | None = None  # the CAs to trust; None: the system's
+
+
+NO_ACCESS = Access()
 
 
 @dataclass(frozen=True)
@@ -59,6 +89,84 @@ def demand_query(model: str) -> str:
 
 def queue_query(model: str) -> str:
     return f"sum({QUEUE_METRIC}{{model={promql_string(model)}}})"
+
+
+def prometheus_url(text: str) -> str:
+    """--prometheus: an http(s) URL without credentials, which would show in the output and result.json."""
+    try:
+        userinfo = "@" in urlsplit(text).netloc
+    except ValueError:
+        userinfo = False  # validate_url says what is wrong with it
+    if userinfo:
+        raise ValueError(f"credentials in the URL would show in the output; give them with {_CREDENTIAL_FLAGS}")
+    return validate_url(text)
+
+
+def _read_secret(path: str, flag: str) -> str:
+    """The token or password in the file `flag` names, surrounding whitespace stripped; an error names the file,
+    never its content."""
+    try:
+        data = read_regular_file(path, MAX_SECRET_BYTES)
+    except OSError as error:
+        raise DemandError(f"{flag} {path}: cannot read it ({error.strerror})") from None
+    if len(data) > MAX_SECRET_BYTES:
+        raise DemandError(f"{flag} {path}: over {MAX_SECRET_BYTES >> 10} KiB, so not a token or a password")
+    try:
+        secret = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise DemandError(f"{flag} {path}: not UTF-8 text") from None
+    if not secret:
+        raise DemandError(f"{flag} {path}: the file is empty; put the secret in it")
+    if not secret.isprintable():  # a line break would end the header; no token or password holds one
+        raise DemandError(f"{flag} {path}: holds a line break or a control character: one line, the secret alone")
+    return secret
+
+
+def _authorization(bearer_token_file: str | None, basic_auth_user: str | None, password_file: str | None) -> str | None:
+    if bearer_token_file is not None and basic_auth_user is not None:
+        raise DemandError(
+            "--prometheus-bearer-token-file and --prometheus-basic-auth-user: give one, not both (one Authorization "
+            "header)"
+        )
+    if basic_auth_user is None:
+        if password_file is not None:
+            raise DemandError("--prometheus-password-file: needs --prometheus-basic-auth-user USER")
+        if bearer_token_file is None:
+            return None
+        return f"Bearer {_read_secret(bearer_token_file, '--prometheus-bearer-token-file')}"
+    if password_file is None:
+        raise DemandError("--prometheus-basic-auth-user: needs --prometheus-password-file FILE (the password's file)")
+    if ":" in basic_auth_user or not basic_auth_user.isprintable():
+        raise DemandError("--prometheus-basic-auth-user: a user name holds no ':' and no control character")
+    pair = f"{basic_auth_user}:{_read_secret(password_file, '--prometheus-password-file')}".encode()
+    return f"Basic {base64.b64encode(pair).decode('ascii')}"
+
+
+def _tls(ca_file: str | None) -> ssl.SSLContext | None:
+    if ca_file is None:
+        return None
+    try:
+        data = read_regular_file(ca_file, MAX_CA_BYTES)
+    except OSError as error:
+        raise DemandError(f"--prometheus-ca-file {ca_file}: cannot read it ({error.strerror})") from None
+    if len(data) > MAX_CA_BYTES:
+        raise DemandError(f"--prometheus-ca-file {ca_file}: over {MAX_CA_BYTES >> 20} MiB, so not a CA bundle")
+    try:
+        return ssl.create_default_context(cadata=data.decode("ascii"))
+    except (UnicodeDecodeError, ssl.SSLError):
+        raise DemandError(
+            f"--prometheus-ca-file {ca_file}: holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+        ) from None
+
+
+def prometheus_access(
+    bearer_token_file: str | None, basic_auth_user: str | None, password_file: str | None, ca_file: str | None
+) -> Access:
+    """The Access the command's flags describe, each file read once, now; DemandError naming the flag and the file
+    where one cannot be used."""
+    authorization = _authorization(bearer_token_file, basic_auth_user, password_file)
+    headers = {} if authorization is None else {"Authorization": authorization}
+    return Access(headers, _tls(ca_file))
 
 
 def _moment(seconds: float) -> str:
@@ -131,22 +239,39 @@ def _samples(query: _Query, text: str) -> dict[float, float]:
     return dict(_value(query, pair) for pair in values)
 
 
+def _unanswered(query: _Query, start: float, access: Access, detail: str) -> DemandError:
+    """Why a range query got no answer, and what to do."""
+    if detail in _REFUSED and access.headers:
+        return DemandError(
+            f"{query.where} refused the credentials ({detail}): check the secret in the file given, and that it may "
+            "read the query API"
+        )
+    if detail in _REFUSED:
+        return DemandError(f"{query.where} refused a request without credentials ({detail}): give {_CREDENTIAL_FLAGS}")
+    if detail.startswith(TLS_FAILED):
+        return DemandError(
+            f"{query.where}: {detail}; where a private CA signed Prometheus' certificate, give its certificate with "
+            "--prometheus-ca-file FILE"
+        )
+    return DemandError(
+        f"{query.where}: {query.expr} from {_moment(start)}: {detail}; check --prometheus (the Prometheus base URL) "
+        "and that it answers"
+    )
+
+
 async def _range(
     session: aiohttp.ClientSession,
     base: URL,
     query: _Query,
     span: tuple[float, float],
     step_seconds: float,
-    headers: Mapping[str, str] | None,
+    access: Access,
 ) -> dict[float, float]:
     params = {"query": query.expr, "start": f"{span[0]:.3f}", "end": f"{span[1]:.3f}", "step": f"{step_seconds:g}"}
     url = base.joinpath("api/v1/query_range").with_query(params)
-    fetched = await fetch(session, str(url), QUERY_TIMEOUT_SECONDS, MAX_ANSWER_BYTES, headers)
+    fetched = await fetch(session, str(url), QUERY_TIMEOUT_SECONDS, MAX_ANSWER_BYTES, access.headers)
     if fetched.text is None:
-        raise DemandError(
-            f"{query.where}: {query.expr} from {_moment(span[0])}: {fetched.detail}; check --prometheus (the "
-            "Prometheus base URL) and that it answers"
-        )
+        raise _unanswered(query, span[0], access, fetched.detail or "no answer")
     return _samples(query, fetched.text)
 
 
@@ -156,7 +281,7 @@ async def demand_from_prometheus(
     since_seconds: float,
     step_seconds: float,
     *,
-    headers: Mapping[str, str] | None = None,
+    access: Access = NO_ACCESS,
     now: float | None = None,
 ) -> tuple[DemandPoint, ...]:
     """The demand trace of `model` over the `since_seconds` before `now` (default: the clock), one point per step
@@ -167,11 +292,12 @@ async def demand_from_prometheus(
     base = URL(url.rstrip("/") + "/")
     demands: dict[float, float] = {}
     queues: dict[float, float] = {}
-    async with aiohttp.ClientSession() as session:
+    connector = aiohttp.TCPConnector(ssl=True if access.tls is None else access.tls)
+    async with aiohttp.ClientSession(connector=connector) as session:
         for span in _chunks(first, count, step_seconds):
             got_demand, got_queue = await asyncio.gather(
-                _range(session, base, demand, span, step_seconds, headers),
-                _range(session, base, queue, span, step_seconds, headers),
+                _range(session, base, demand, span, step_seconds, access),
+                _range(session, base, queue, span, step_seconds, access),
             )
             demands.update(got_demand)
             queues.update(got_queue)
