@@ -24,7 +24,7 @@ GPU = ("gpu", "uuid")  # NVML index (`0/1/0` for a MIG device) and UUID
 @dataclass(frozen=True)
 class MetricSpec:
     name: str
-    type: Literal["gauge", "counter", "info"]
+    type: Literal["gauge", "counter", "info", "histogram"]
     unit: str  # the base unit the value is in ("bytes", "seconds", "ratio", "tokens", "requests"), "" for none
     labels: tuple[str, ...]
     help: str
@@ -81,6 +81,22 @@ METRICS = (
         ("target", "model"),
         "What the GPUs the target runs on cost per hour, in the currency of pricing.gpu_hour; absent where any of "
         "them has no price.",
+    ),
+    MetricSpec(
+        "plimsoll_scale_up_lag_seconds",
+        "histogram",
+        "seconds",
+        ("model",),
+        "Time from the model's demand (requests running + waiting) crossing its ready replicas x knee_concurrency "
+        "to one more replica ready, as this daemon sees them; per autoscaling workload with a knee_concurrency.",
+    ),
+    MetricSpec(
+        "plimsoll_scale_up_pending_seconds",
+        "gauge",
+        "seconds",
+        ("model",),
+        "How long ago the model's demand crossed its ready capacity, while no new replica has answered it; 0 when no "
+        "crossing waits.",
     ),
     MetricSpec("plimsoll_nvml_up", "gauge", "", (), "1 when the last NVML read succeeded."),
     MetricSpec("plimsoll_gpu_info", "info", "", ("gpu", "uuid", "name", "driver_version"), "GPU identity."),
@@ -201,7 +217,8 @@ Generated from `exporter/metrics_list.py`, the list the collector reads: edit th
 (tests/test_metrics_list.py fails while the two differ).
 
 Names are as a query writes them: counters end in `_total`, info metrics in `_info` (value 1, the labels are the
-information; the Prometheus text format types them `gauge`). Engine series carry `target`, `engine`, `model` and
+information; the Prometheus text format types them `gauge`); a histogram's series are its name with `_bucket`
+(`le`), `_sum` and `_count`. Engine series carry `target`, `engine`, `model` and
 `dp_rank` (the engine's own data-parallel index; `""` when the engine runs one); GPU series carry `gpu` (the NVML
 index, `0/1/0` for a MIG device) and `uuid`. With `nvml: false` there are no GPU series and no
 `plimsoll_nvml_up`; with NVML down, only `plimsoll_nvml_up` (0).

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from exporter.capacity.deployment import Deployment
-from exporter.config import Config, SloConfig, Target
+from exporter.config import AutoscalingConfig, Config, ScaledWorkload, SloConfig, Target
 from exporter.daemon.collector import SnapshotCollector
 from exporter.daemon.poll import Daemon
 from exporter.daemon.snapshot import FAILURE_REASONS, Snapshot
@@ -49,7 +49,7 @@ class _TwoGpus:
 
 def _rich_snapshot() -> Snapshot:
     """Every kind of series at once: vLLM and SGLang with capacity models and SLOs, a GPU price, NVML up, a
-    target refusing connections and one answering HTML."""
+    target refusing connections and one answering HTML, and an autoscaled model (the vLLM page's)."""
 
     async def go() -> Snapshot:
         async with page_server() as base, aiohttp.ClientSession() as session:
@@ -65,7 +65,14 @@ def _rich_snapshot() -> Snapshot:
                 Target("refused", "http://127.0.0.1:9/metrics"),
                 Target("html", base + "/html"),
             )
-            config = Config(targets=targets, slos=SLOS, timeout_seconds=1.0, gpu_hour_prices=(("H100-80GB", 2.49),))
+            workload = ScaledWorkload("tiny-llama", "Deployment", "vllm-tiny", "demo", 1, 4, 300.0, 8)
+            config = Config(
+                targets=targets,
+                slos=SLOS,
+                timeout_seconds=1.0,
+                gpu_hour_prices=(("H100-80GB", 2.49),),
+                autoscaling=AutoscalingConfig(None, 0.8, 600.0, 86400.0, (workload,)),
+            )
             return await Daemon(config, nvml=_TwoGpus()).poll_once(session)  # type: ignore[arg-type]
 
     return asyncio.run(go())
@@ -83,10 +90,15 @@ def test_the_collector_emits_every_listed_metric_with_its_type_and_labels_and_no
     objectives = [(slo.name, slo.threshold_seconds, slo.objective) for slo in SLOS]
     emitted: dict[str, tuple[str, set[tuple[str, ...]]]] = {}
     for family in SnapshotCollector(lambda: snapshot, lambda: objectives).collect():
-        names = {sample.name for sample in family.samples}
+        # A histogram's series are its name with _bucket (and `le`), _sum and _count.
+        suffixes = ("_bucket", "_sum", "_count") if family.type == "histogram" else ()
+        names = {
+            family.name if sample.name in {family.name + s for s in suffixes} else sample.name
+            for sample in family.samples
+        }
         assert len(names) == 1, f"{family.name}: expected one series name per family, got {sorted(names)}"
         (name,) = names
-        emitted[name] = (family.type, {tuple(sample.labels) for sample in family.samples})
+        emitted[name] = (family.type, {tuple(k for k in sample.labels if k != "le") for sample in family.samples})
     listed = {spec.name: (spec.type, {spec.labels}) for spec in METRICS}
     assert emitted == listed
 

@@ -1,6 +1,6 @@
-"""What the status page and `plimsoll status` show, as text: one row per engine instance and per GPU, from the
-daemon's /api/v1/state document (the page renders the same document the command fetches, so both show the same
-words). Pure: values in, strings out.
+"""What the status page and `plimsoll status` show, as text: one row per engine instance, per GPU and per
+autoscaled model (its scale-up lag), from the daemon's /api/v1/state document (the page renders the same document
+the command fetches, so both show the same words). Pure: values in, strings out.
 
 The page's script keeps a small copy of these rules for its live updates (exporter/data/status.html); change both.
 """
@@ -61,6 +61,20 @@ class GpuRow:
     processes: tuple[GpuProcessRow, ...]
 
 
+@dataclass(frozen=True)
+class ScaleUpRow:
+    """One autoscaled model's scale-up lag beside the start-up `plimsoll autoscale replay` assumes for it."""
+
+    model: str
+    workload: str
+    replicas: str  # ready replicas
+    demand: str  # "40 / 30": requests running + waiting / ready replicas x knee_concurrency
+    last_lag: Cell
+    median_lag: Cell  # "4m 10s of 7": the median of the kept lags, and how many were measured
+    pending: str  # how long a crossing has waited for a replica: "2m 5s", or "none"
+    assumed: str  # the workload's startup
+
+
 def duration(seconds: float | str | None) -> str:
     """Time to saturation: "now", "45s", "4m", "2h 5m", "3d"; "+Inf" (JSON's infinity) is "never"."""
     if seconds is None:
@@ -78,6 +92,19 @@ def duration(seconds: float | str | None) -> str:
         hours, minutes = divmod(math.floor(value / 60), 60)
         return f"{hours}h {minutes}m" if minutes else f"{hours}h"
     return f"{math.floor(value / 86400)}d"
+
+
+def seconds_text(seconds: float) -> str:
+    """A scale-up lag or a start-up time, to the second (rounded down) under an hour: "45s", "4m 30s", "5m",
+    "1h 2m"."""
+    rounded = math.floor(seconds)
+    if rounded < 60:
+        return f"{rounded}s"
+    if rounded < 3600:
+        minutes, rest = divmod(rounded, 60)
+        return f"{minutes}m {rest}s" if rest else f"{minutes}m"
+    hours, minutes = divmod(rounded // 60, 60)
+    return f"{hours}h {minutes}m" if minutes else f"{hours}h"
 
 
 def percent(ratio: float, signed: bool = False) -> str:
@@ -231,6 +258,35 @@ def gpu_rows(state: Mapping[str, Any]) -> tuple[GpuRow, ...]:
                     )
                     for p in processes
                 ),
+            )
+        )
+    return tuple(rows)
+
+
+NO_LAG_YET = "none measured yet"
+
+
+def _lag_cell(seconds: float | None, text: str = "{}") -> Cell:
+    return Cell(text.format(seconds_text(seconds))) if seconds is not None else Cell(NO_LAG_YET, missing=True)
+
+
+def scale_up_rows(state: Mapping[str, Any]) -> tuple[ScaleUpRow, ...]:
+    """One row per autoscaled model the daemon measures; none from a daemon whose state has no `scale_up`."""
+    rows = []
+    for model in state.get("scale_up", ()):
+        demand, capacity = _number(model["demand_requests"]), _number(model["capacity_requests"])
+        pending = _number(model["pending_seconds"])
+        startup = _number(model["startup_seconds"])
+        rows.append(
+            ScaleUpRow(
+                model=model["model"],
+                workload=model["workload"],
+                replicas=str(model["ready_replicas"]),
+                demand=f"{'-' if demand is None else whole(demand)} / {'-' if capacity is None else whole(capacity)}",
+                last_lag=_lag_cell(_number(model["last_lag_seconds"])),
+                median_lag=_lag_cell(_number(model["lag_median_seconds"]), f"{{}} of {model['lags_count']}"),
+                pending=seconds_text(pending) if pending else "none",
+                assumed="-" if startup is None else seconds_text(startup),
             )
         )
     return tuple(rows)

@@ -9,18 +9,21 @@ exporter/metrics_list.py, which lists them all (rendered into docs/metrics.md).
 import math
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from exporter import __version__
-from exporter.daemon.snapshot import FAILURE_REASONS, InstanceState, Snapshot, TargetState, process_owner
+from exporter.core.scale_up import LAG_BUCKETS
+from exporter.daemon.snapshot import (
+    FAILURE_REASONS,
+    InstanceState,
+    Snapshot,
+    TargetState,
+    model_label,
+    process_owner,
+)
 from exporter.metrics_list import BY_NAME
 from exporter.sources.nvml import GpuReading
-
-
-def _model(state: TargetState, served: str | None) -> str:
-    """The `model` label: what the engine says it serves, else the target's configured model."""
-    return served or state.target.model or ""
 
 
 def _gauge(name: str, value: float | None = None) -> GaugeMetricFamily:
@@ -45,7 +48,7 @@ def _info(name: str) -> InfoMetricFamily:
 
 def _labels(state: TargetState, instance: InstanceState) -> list[str]:
     reading = instance.reading
-    return [state.target.name, reading.engine, _model(state, reading.model), reading.instance]
+    return [state.target.name, reading.engine, model_label(state, reading.model), reading.instance]
 
 
 class _EngineFamilies:
@@ -132,7 +135,7 @@ def _target_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | Counter
         name = state.target.name
         up.add_metric([name], 1.0 if state.up else 0.0)
         served = state.instances[0].reading.model if state.instances else None
-        _put(cost, [name, _model(state, served)], state.gpu_hourly_cost)
+        _put(cost, [name, model_label(state, served)], state.gpu_hourly_cost)
         for reason in FAILURE_REASONS:
             failures.add_metric([name, reason], state.failures_total.get(reason, 0))
         if state.last_success_timestamp is not None:
@@ -140,6 +143,20 @@ def _target_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | Counter
         if state.scrape_duration_seconds is not None:
             duration.add_metric([name], state.scrape_duration_seconds)
     yield from (up, failures, success, duration, cost)
+
+
+def _scale_up_families(snapshot: Snapshot) -> Iterator[HistogramMetricFamily | GaugeMetricFamily]:
+    spec = BY_NAME["plimsoll_scale_up_lag_seconds"]
+    lag = HistogramMetricFamily(spec.name, spec.help, labels=spec.labels)
+    pending = _gauge("plimsoll_scale_up_pending_seconds")
+    for model in snapshot.scale_up:
+        lags = model.lags
+        # `le` written as prometheus_client's own histograms write it ("15.0"), so the bucket series match theirs.
+        buckets = [(f"{bound:.1f}", count) for bound, count in zip(LAG_BUCKETS, lags.buckets, strict=True)]
+        lag.add_metric([model.model], [*buckets, ("+Inf", lags.count)], lags.sum_seconds)
+        pending.add_metric([model.model], model.pending_seconds)
+    yield lag
+    yield pending
 
 
 def _gpu_families(snapshot: Snapshot) -> Iterator[GaugeMetricFamily | InfoMetricFamily]:
@@ -180,7 +197,9 @@ class SnapshotCollector(Collector):
         self._current = current
         self._slo_objectives = slo_objectives
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily]:
+    def collect(
+        self,
+    ) -> Iterator[GaugeMetricFamily | CounterMetricFamily | InfoMetricFamily | HistogramMetricFamily]:
         snapshot = self._current()
         build = _info("plimsoll_build_info")
         build.add_metric([__version__], {})
@@ -195,5 +214,6 @@ class SnapshotCollector(Collector):
         yield objective
         yield threshold
         yield from _target_families(snapshot)
+        yield from _scale_up_families(snapshot)
         yield from _gpu_families(snapshot)
         yield from _engine_families(snapshot)

@@ -35,9 +35,11 @@ from exporter.config import (
     scan_targets,
 )
 from exporter.core.headroom import capacity_error_ratio, headroom
+from exporter.core.scale_up import ScaleUp
 from exporter.core.slo import SloCounter, advance
 from exporter.core.trend import History, Point, eta_seconds
 from exporter.cost import GpuHourPrices, gpus_hourly_cost, unpriced_gpus
+from exporter.daemon import scale_up
 from exporter.daemon.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetState
 from exporter.sources.engines import read_page
 from exporter.sources.engines.base import EngineReading, Histogram, PageLimits
@@ -61,6 +63,9 @@ PUBLISH_DELAY_SECONDS = 0.25
 # so the loop keeps answering. A thread hop per page costs more CPU than the read of a usual page: measured with
 # 200 targets, reading every page in a thread took 18% of a core against 15% inline.
 INLINE_PAGE_CHARS = 256 * 1024  # a file_sd file; a bigger one is refused like one that does not parse
+# A replica missing from this many poll intervals (a failed poll) still counts as ready when a scale-up lag episode
+# starts, so its return is no new replica.
+SCALE_UP_SETTLE_POLLS = 3
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,7 @@ class Daemon:
         # Pricing a GPU by its name matches it against every preset (~30 us): done once per set of GPUs and prices,
         # not for every target at every publish.
         self._costs: dict[tuple[GpuHourPrices, tuple[str, ...]], tuple[float | None, tuple[str, ...]]] = {}
+        self._scale_ups: Mapping[str, ScaleUp] = MappingProxyType({})  # per autoscaled model, replaced each publish
         self.snapshot: Snapshot = EMPTY
         self.config = config
 
@@ -403,8 +409,12 @@ class Daemon:
             for t in targets
             if (state := self._states.get(t.name)) is not None
         )
+        now = self._clock()
+        settle = SCALE_UP_SETTLE_POLLS * self.config.poll_interval_seconds
+        scale_ups, scale_up_states = scale_up.advance(self._scale_ups, self.config.autoscaling, states, now, settle)
+        self._scale_ups = MappingProxyType(scale_ups)
         self.snapshot = Snapshot(
-            taken_at=self._clock(),
+            taken_at=now,
             ready=True,
             nvml=nvml,
             targets=states,
@@ -412,6 +422,7 @@ class Daemon:
             process_targets=process_targets,
             poll_duration_seconds=self._cycle_seconds,
             saturation_kv_usage=self.config.saturation_kv_usage,
+            scale_up=scale_up_states,
         )
         return self.snapshot
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from exporter.capacity.plan import CapacityPlan
 from exporter.config import SloConfig, Target
 from exporter.core.headroom import Headroom
+from exporter.core.scale_up import Lags
 from exporter.core.slo import SloCounter
 from exporter.core.trend import Point
 from exporter.sources.engines.base import EngineReading
@@ -65,6 +66,22 @@ class TargetState:
 
 
 @dataclass(frozen=True)
+class ScaleUpState:
+    """One autoscaled model's scale-up lag as the daemon sees it (exporter/daemon/scale_up.py): every renderer shows
+    these values and derives none."""
+
+    model: str
+    workload: str  # kind namespace/name, as the config's autoscaling.workloads entry names it
+    startup_seconds: float  # the start-up `plimsoll autoscale replay` assumes: what the lags are checked against
+    knee_concurrency: float  # requests one replica holds
+    ready_replicas: int
+    demand: float  # requests running + waiting over its ready replicas
+    capacity: float  # ready replicas x knee_concurrency
+    lags: Lags
+    pending_seconds: float  # age of the crossing no replica has answered yet; 0 when none
+
+
+@dataclass(frozen=True)
 class Snapshot:
     taken_at: float
     ready: bool
@@ -74,9 +91,15 @@ class Snapshot:
     process_targets: Mapping[int, str] = field(default_factory=dict)  # GPU PID -> its target, "" when unattributed
     poll_duration_seconds: float = 0.0
     saturation_kv_usage: float = 0.9
+    scale_up: tuple[ScaleUpState, ...] = ()  # one per autoscaling workload with a knee_concurrency
 
 
 EMPTY = Snapshot(taken_at=0.0, ready=False, nvml=None, targets=())
+
+
+def model_label(state: TargetState, served: str | None) -> str:
+    """The `model` label of an engine series: what the engine says it serves, else the target's configured model."""
+    return served or state.target.model or ""
 
 
 def process_owner(snapshot: Snapshot, gpu_index: str, pid: int) -> str | None:

@@ -10,7 +10,7 @@ from importlib import resources
 from typing import Any
 
 from exporter.core import status_format
-from exporter.daemon.snapshot import InstanceState, Snapshot, TargetState, process_owner
+from exporter.daemon.snapshot import InstanceState, ScaleUpState, Snapshot, TargetState, process_owner
 from exporter.sources.engines.base import EngineReading, json_number, reading_dict
 
 ENGINE_SILENT = "engine does not report it"
@@ -95,6 +95,22 @@ def _target_dict(state: TargetState) -> dict[str, Any]:
     }
 
 
+def _scale_up_dict(model: ScaleUpState) -> dict[str, Any]:
+    return {
+        "model": model.model,
+        "workload": model.workload,
+        "startup_seconds": model.startup_seconds,  # what `plimsoll autoscale replay` assumes
+        "knee_concurrency": model.knee_concurrency,
+        "ready_replicas": model.ready_replicas,
+        "demand_requests": model.demand,
+        "capacity_requests": model.capacity,
+        "lags_count": model.lags.count,
+        "last_lag_seconds": model.lags.last_seconds,
+        "lag_median_seconds": model.lags.median_seconds,
+        "pending_seconds": model.pending_seconds,
+    }
+
+
 def state_dict(snapshot: Snapshot) -> dict[str, Any]:
     nvml = snapshot.nvml
     return {
@@ -129,6 +145,7 @@ def state_dict(snapshot: Snapshot) -> dict[str, Any]:
             ],
         },
         "targets": [_target_dict(t) for t in snapshot.targets],
+        "scale_up": [_scale_up_dict(model) for model in snapshot.scale_up],
     }
 
 
@@ -195,17 +212,30 @@ def _gpu_rows(gpu: status_format.GpuRow) -> str:
     return first + processes
 
 
+def _scale_up_row(row: status_format.ScaleUpRow) -> str:
+    return (
+        f"<tr><td>{html.escape(row.model)}</td><td>{html.escape(row.workload)}</td>"
+        f'<td class="num">{html.escape(row.replicas)}</td><td class="num">{html.escape(row.demand)}</td>'
+        + _td(row.last_lag, "num")
+        + _td(row.median_lag, "num")
+        + f'<td class="num">{html.escape(row.pending)}</td><td class="num">{html.escape(row.assumed)}</td></tr>'
+    )
+
+
 def status_page(snapshot: Snapshot) -> str:
     """The page as served before its script runs: the rows of this snapshot, so it reads with scripts off too."""
     state = state_dict(snapshot)
     threshold = snapshot.saturation_kv_usage
     rows = "".join(_row(r, threshold) for r in status_format.instance_rows(state))
     gpus = "".join(_gpu_rows(g) for g in status_format.gpu_rows(state))
+    scale_up = "".join(_scale_up_row(r) for r in status_format.scale_up_rows(state))
     fields: Mapping[str, str] = {
         "threshold": html.escape(status_format.percent(threshold)),
         "taken_at": html.escape(status_format.taken_at_text(snapshot.taken_at)),
         "rows": rows or '<tr><td colspan="11" class="missing">no targets</td></tr>',
         "gpus": gpus,
+        "scale_up": scale_up,
+        "scale_up_hidden": "" if scale_up else " hidden",
         "nvml": html.escape(status_format.nvml_line(state)),
         "max_shown": json.dumps(status_format.MAX_SHOWN),  # one limit for the script and `plimsoll status`
     }

@@ -201,6 +201,23 @@ def _check_gpu(gpu: Any, where: str, rows: int) -> int:
     return rows
 
 
+# Each autoscaled model's values (exporter/daemon/views.py `_scale_up_dict`); the two lags are null until measured.
+SCALE_UP_NUMBERS = ("startup_seconds", "knee_concurrency", "demand_requests", "capacity_requests", "pending_seconds")
+SCALE_UP_LAGS = ("last_lag_seconds", "lag_median_seconds")
+
+
+def _check_scale_up(model: Any, where: str) -> None:
+    for key in ("model", "workload"):
+        _field(model, key, (str,), "text", where)
+    for key in ("ready_replicas", "lags_count"):
+        _field(model, key, (int,), "a whole number", where)
+        _number(model, key, 0, MAX_ID, "a whole number", where)
+    for key in SCALE_UP_NUMBERS:
+        _field(model, key, (int, float), "a number", where)
+    for key in SCALE_UP_LAGS:
+        _field(model, key, (int, float, type(None)), "a number or null", where)
+
+
 def _check_state(document: Any) -> None:
     """Raise _Malformed unless `document` has every field the rows read, of the type and in the range they read it
     as; _TooManyRows where it has more rows than a terminal shows (rich lays out about a thousand a second)."""
@@ -218,6 +235,11 @@ def _check_state(document: Any) -> None:
     rows = _rows(rows + len(gpus))
     for g, gpu in enumerate(gpus):
         rows = _check_gpu(gpu, f"nvml.gpus[{g}]", rows)
+    if "scale_up" in document:  # a daemon from before the scale-up lag has none
+        models = _list(document, "scale_up", "")
+        rows = _rows(rows + len(models))
+        for m, model in enumerate(models):
+            _check_scale_up(model, f"scale_up[{m}]")
 
 
 def _finite(number: float) -> float | str:
@@ -310,6 +332,37 @@ def _text(cell: status_format.Cell, style: str = "") -> Text:
     return _shown(cell.text, "dim italic" if cell.missing else style)
 
 
+def _scale_up_table(state: Mapping[str, Any]) -> Table | None:
+    """Each autoscaled model's scale-up lag beside the start-up the replay assumes; None where there is none."""
+    models = status_format.scale_up_rows(state)
+    if not models:
+        return None
+    table = Table(box=None, header_style="bold", pad_edge=False, title="scale-up lag", title_justify="left")
+    for name, justify in (
+        ("model", "left"),
+        ("workload", "left"),
+        ("replicas ready", "right"),
+        ("demand / capacity", "right"),
+        ("last lag", "right"),
+        ("median lag", "right"),
+        ("waiting for a replica", "right"),
+        ("start-up assumed by replay", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in models:
+        table.add_row(
+            _shown(row.model),
+            _shown(row.workload),
+            row.replicas,
+            row.demand,
+            _text(row.last_lag),
+            _text(row.median_lag),
+            row.pending,
+            row.assumed,
+        )
+    return table
+
+
 def render(fetched: Fetched, url: str, problem: str | None = None) -> RenderableType:
     state = fetched.state
     threshold = float(state["saturation_kv_usage"])
@@ -353,10 +406,14 @@ def render(fetched: Fetched, url: str, problem: str | None = None) -> Renderable
             _text(row.model_drift),
             sparkline(row.kv_usage_history),
         )
-    nvml = _shown(status_format.nvml_line(state), "bold")
+    parts: list[RenderableType] = [head, Text(""), rows]
+    scale_up = _scale_up_table(state)
+    if scale_up is not None:
+        parts += [Text(""), scale_up]
+    parts += [Text(""), _shown(status_format.nvml_line(state), "bold")]
     gpu_rows = status_format.gpu_rows(state)
     if not gpu_rows:
-        return Group(head, Text(""), rows, Text(""), nvml)
+        return Group(*parts)
     gpus = Table(box=None, header_style="bold", pad_edge=False)
     for name in ("gpu", "name", "memory used / total", "process", "memory", "target", "unexplained"):
         gpus.add_column(name)
@@ -364,7 +421,7 @@ def render(fetched: Fetched, url: str, problem: str | None = None) -> Renderable
         gpus.add_row(_shown(gpu.gpu), _shown(gpu.name), gpu.memory, "", "", "", _text(gpu.unexplained))
         for process in gpu.processes:
             gpus.add_row("", "", "", _shown(process.pid), process.memory, _shown(process.target), "")
-    return Group(head, Text(""), rows, Text(""), nvml, gpus)
+    return Group(*parts, gpus)
 
 
 def _authorization(args: argparse.Namespace) -> str | None:

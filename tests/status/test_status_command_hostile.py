@@ -110,6 +110,8 @@ def test_a_well_formed_state_is_read(hostile):
     server, url = hostile
     server.document = GOOD_STATE
     _fetch(url)
+    server.document = _scale_up(lags_count=0, last_lag_seconds=None, lag_median_seconds=None)
+    _fetch(url)
 
 
 def test_an_answer_trickled_byte_by_byte_ends_at_the_timeout(hostile):
@@ -146,10 +148,34 @@ def _state(*instances: dict[str, Any], **fields: Any) -> dict[str, Any]:
     return {**GOOD_STATE, "targets": [{**target, "instances": list(instances)}], **fields}
 
 
+def _scale_up(**fields: Any) -> dict[str, Any]:
+    """A state with one autoscaled model's scale-up lag, as a daemon writes it, then `fields`."""
+    model = {
+        "model": "m",
+        "workload": "Deployment serving/m",
+        "startup_seconds": 300.0,
+        "knee_concurrency": 8,
+        "ready_replicas": 2,
+        "demand_requests": 9.0,
+        "capacity_requests": 16.0,
+        "lags_count": 1,
+        "last_lag_seconds": 250.0,
+        "lag_median_seconds": 250.0,
+        "pending_seconds": 0.0,
+    }
+    return {**GOOD_STATE, "scale_up": [{**model, **fields}]}
+
+
 @pytest.mark.parametrize(
     ("document", "named"),
     [
         ({**GOOD_STATE, "targets": {"a": 1}}, "targets is not a list"),
+        ({**GOOD_STATE, "scale_up": {"m": 1}}, "scale_up is not a list"),
+        (_scale_up(lags_count=1.5), "scale_up[0].lags_count is not a whole number"),
+        (_scale_up(ready_replicas=-1), "scale_up[0].ready_replicas is not a whole number"),
+        (_scale_up(model=None), "scale_up[0].model is not text"),
+        (_scale_up(pending_seconds="soon"), "scale_up[0].pending_seconds is not a number"),
+        (_scale_up(last_lag_seconds="+Inf"), "scale_up[0].last_lag_seconds is not a number or null"),
         ({**GOOD_STATE, "taken_at": "1.0"}, "taken_at is not a time"),
         ({**GOOD_STATE, "saturation_kv_usage": "0.9"}, "saturation_kv_usage is not a ratio"),
         ({**GOOD_STATE, "targets": ["vllm"]}, "targets[0] is not an object"),

@@ -180,3 +180,73 @@ def test_the_scripts_rows_read_the_same_as_the_servers(browser, fleet):
     )
     assert live == served
     assert any("85%" in cell for row in live for cell in row)
+
+
+def _scale_up_model(**values: Any) -> dict[str, Any]:
+    shown = {
+        "model": "m",
+        "workload": "Deployment serving/m",
+        "startup_seconds": 300.0,
+        "knee_concurrency": 8,
+        "ready_replicas": 2,
+        "demand_requests": 20.0,
+        "capacity_requests": 16.0,
+        "lags_count": 3,
+        "last_lag_seconds": 330.5,
+        "lag_median_seconds": 250.0,
+        "pending_seconds": 75.2,
+    }
+    return {**shown, **values}
+
+
+def test_the_page_and_plimsoll_status_write_the_scale_up_lag_alike(browser, fleet):
+    """The page's script copy of status_format.scale_up_rows and seconds_text; and a daemon with no autoscaled
+    model (this fleet's) has the section hidden."""
+    _open(browser, fleet)
+    assert browser.execute_script("return document.getElementById('scale-up').hidden;") is True
+    cases = [0.0, 14.9, 59.99, 60.0, 330.5, 3599.0, 3600.0, 3900.0, 90000.0]
+    written = browser.execute_script("return arguments[0].map(secs);", cases)
+    assert written == [status_format.seconds_text(seconds) for seconds in cases]
+    past = status_format.MAX_SHOWN * 10
+    state = {
+        "scale_up": [
+            _scale_up_model(),
+            _scale_up_model(lags_count=0, last_lag_seconds=None, lag_median_seconds=None, pending_seconds=0.0),
+            _scale_up_model(demand_requests=past, capacity_requests=past, pending_seconds=past, startup_seconds=past),
+        ]
+    }
+    cells = browser.execute_script(
+        "const body = document.createElement('tbody'); body.innerHTML = scaleUp(arguments[0]);"
+        "return Array.from(body.rows, tr => Array.from(tr.cells, td => [td.textContent.trim(), td.className]));",
+        state,
+    )
+    expected = [
+        [
+            [row.model, ""],
+            [row.workload, ""],
+            [row.replicas, "num"],
+            [row.demand, "num"],
+            [row.last_lag.text, "num missing" if row.last_lag.missing else "num"],
+            [row.median_lag.text, "num missing" if row.median_lag.missing else "num"],
+            [row.pending, "num"],
+            [row.assumed, "num"],
+        ]
+        for row in status_format.scale_up_rows(state)
+    ]
+    assert cells == expected
+    assert [row[6][0] for row in cells] == ["1m 15s", "none", "none"] and cells[2][3][0] == "- / -"
+
+
+def test_the_scale_up_section_shows_once_a_state_has_rows(browser, fleet):
+    """A daemon reloaded with an autoscaled model: the page's next refresh shows the section it was served without.
+    The state is this daemon's own, with a scale-up entry added on its way to the page."""
+    _open(browser, fleet)
+    shown = browser.execute_script(
+        "const added = arguments[0], real = window.fetch;"
+        "window.fetch = (url, options) => real(url, options).then(r => r.json()).then(state => new Response("
+        "  JSON.stringify({...state, scale_up: [added]}), {headers: {'Content-Type': 'application/json'}}));"
+        "return refresh().then(() => { window.fetch = real; const section = document.getElementById('scale-up');"
+        "  return [section.hidden, section.querySelector('tbody').rows.length]; });",
+        _scale_up_model(),
+    )
+    assert shown == [False, 1]
