@@ -238,6 +238,7 @@ def observation(entry: dict[str, Any]) -> TermObservation:
         weights_bytes=weights,
         cuda_graph_bytes=gib.get("cudagraph_estimate_gib"),
         weights_format=weights_format(predicted.deployment.quantization) if predicted is not None else UNQUANTIZED,
+        encoder_pass_bytes=predicted.activation_passes.encoder if predicted is not None else 0,
     )
 
 
@@ -247,7 +248,12 @@ def refit_plan(setup: Setup, fitted: FittedTerms) -> CapacityPlan:
     d = reference.deployment
     assert gpu is not None and d.gpu_memory_utilization is not None
     assert d.vllm_version is not None
-    activation = fitted.activation(reference.activation_bytes, d.vllm_version)
+    # The scale is fitted to printed peaks that the text passes set (in every log, vision-language ones included),
+    # so it scales those passes; a vision tower's pass keeps its prediction and its own spread.
+    passes = replace(
+        reference.activation_passes, text=fitted.activation(reference.activation_passes.text, d.vllm_version)
+    )
+    activation = passes.peak
     non_torch = fitted.non_torch(reference.num_gpus)
     graphs = fitted.cuda_graph_bytes if reference.cuda_graph_bytes else 0
     budget = round(gpu.memory_bytes * d.gpu_memory_utilization) - reference.weights.per_gpu_bytes
@@ -260,6 +266,7 @@ def refit_plan(setup: Setup, fitted: FittedTerms) -> CapacityPlan:
         non_torch_bytes=non_torch,
         cuda_graph_bytes=graphs,
         kv_cache_bytes=budget,
+        activation_passes=passes,
     )
 
 

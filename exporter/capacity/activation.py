@@ -56,17 +56,27 @@ def encoder_profile(
     return EncoderProfile(items=items, tokens_per_item=tokens, budget=budget)
 
 
-def _encoder_peak_bytes(arch: ModelArchitecture, profile: EncoderProfile, tp: int, mode: str, dtype_bytes: int) -> int:
+def encoder_pass_bytes(arch: ModelArchitecture, profile: EncoderProfile, tp: int, mode: str, dtype_bytes: int) -> int:
     """Peak of the dummy images' pass through the tower on one GPU. "weights" mode splits the MLP over TP ranks;
-    "data" mode gives each rank whole images, ceil(items / TP) of them."""
+    "data" mode gives each rank whole images, ceil(items / TP) of them.
+
+    The pixels are held twice through the pass: as the float32 batch the image processor made (transformers'
+    `image_transforms.rescale` defaults to float32) and vLLM's runner moved to the GPU unconverted
+    (`MultiModalKwargs.as_kwargs(..., device=self.device)` in `GPUModelRunner.profile_run`,
+    vllm/v1/worker/gpu_model_runner.py, vllm-project/vllm v0.9.0.1), and as the model-dtype copy the tower reads
+    (`image_input["pixel_values"].type(self.visual.dtype)` in Qwen2.5-VL's `_process_image_input`,
+    vllm/model_executor/models/qwen2_5_vl.py, same tag). Later versions cast inside the tower's first step
+    (v0.32's qwen2_5_vl.py), so there the copy is transient: at most the pixels x dtype bytes over (0.14 GiB for
+    Qwen2.5-VL's 65,536-patch image)."""
     vision = arch.vision
     assert vision is not None
     images = math.ceil(profile.items / tp) if mode == "data" else profile.items
     split = 1 if mode == "data" else tp
     pixels = vision.num_channels * vision.temporal_patch_size * vision.patch_size**2
     intermediates = (3 if vision.gated_mlp else 2) * vision.intermediate_size / split
-    per_patch = A.ENCODER_HIDDEN_COPIES * vision.hidden_size + intermediates + pixels
-    return round(images * vision.image_patches * per_patch * dtype_bytes)
+    activations = A.ENCODER_HIDDEN_COPIES * vision.hidden_size + intermediates
+    per_patch = (activations + pixels) * dtype_bytes + pixels * A.PROCESSOR_PIXEL_BYTES
+    return round(images * vision.image_patches * per_patch)
 
 
 def _widest_layer_per_token(arch: ModelArchitecture, tp: int) -> float:
@@ -83,7 +93,20 @@ def _widest_layer_per_token(arch: ModelArchitecture, tp: int) -> float:
     return widest
 
 
-def activation_peak_bytes(
+@dataclass(frozen=True)
+class ActivationPasses:
+    """The passes of vLLM's profiling run on one GPU, in bytes: the text passes (with the dummy images' embeddings
+    cached beside them) and, for a multimodal model, the vision tower's pass before them (0 without one)."""
+
+    text: int
+    encoder: int = 0
+
+    @property
+    def peak(self) -> int:
+        return max(self.text, self.encoder)
+
+
+def activation_passes(
     arch: ModelArchitecture,
     tp: int,
     max_num_batched_tokens: int,
@@ -91,10 +114,10 @@ def activation_peak_bytes(
     dtype_bytes: int = 2,
     encoder: EncoderProfile | None = None,
     mm_encoder_tp_mode: str = "weights",
-) -> int:
-    """Peak of vLLM's profiling run: the larger of the forward pass and the sampler pass, and for a multimodal
-    model first the vision tower's pass over the dummy images (`encoder`), whose embeddings stay cached through
-    the text passes."""
+) -> ActivationPasses:
+    """vLLM's profiling run, whose peak is the activation: the larger of the forward pass and the sampler pass,
+    and for a multimodal model first the vision tower's pass over the dummy images (`encoder`), whose embeddings
+    stay cached through the text passes."""
     hidden = A.ACTIVATION_HIDDEN_COPIES * arch.hidden_size
     forward = max_num_batched_tokens * (hidden + _widest_layer_per_token(arch, tp)) * dtype_bytes
     rows = min(max_num_seqs, max_num_batched_tokens)
@@ -102,10 +125,10 @@ def activation_peak_bytes(
     # Logits are gathered to the full vocabulary on every rank and sampled in float32.
     sampler = rows * vocab * 4 * A.LOGITS_FP32_COPIES + max_num_batched_tokens * arch.hidden_size * dtype_bytes
     if encoder is None:
-        return round(max(forward, sampler))
+        return ActivationPasses(round(max(forward, sampler)))
     cached = encoder.items * encoder.tokens_per_item * arch.hidden_size * dtype_bytes
-    tower = _encoder_peak_bytes(arch, encoder, tp, mm_encoder_tp_mode, dtype_bytes)
-    return round(max(tower, cached + max(forward, sampler)))
+    tower = encoder_pass_bytes(arch, encoder, tp, mm_encoder_tp_mode, dtype_bytes)
+    return ActivationPasses(round(cached + max(forward, sampler)), tower)
 
 
 def non_torch_bytes(tp: int, pp: int) -> int:

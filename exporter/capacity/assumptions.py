@@ -36,9 +36,12 @@ LOGITS_FP32_COPIES = 3.75
 # Multimodal encoder in vLLM's profiling run (V1: the dummy images go through the vision tower before the text
 # dummy run, and their embeddings stay in the encoder cache through it). At a tower block's MLP the residual, the
 # normed input and the block's output live beside the MLP's intermediates (fc1 and its activation; gate, up and
-# their product in a SwiGLU tower), and the dummy pixels stay alive throughout. The copies are counted as the
-# text model's are; the one check is the Qwen2.5-VL-7B L4 log of issue 18 (tests/capacity/test_multimodal.py).
+# their product in a SwiGLU tower), and the dummy pixels stay alive throughout, twice: the processor's float32
+# batch and the model-dtype copy (`activation.encoder_pass_bytes` cites the vLLM code). The copies are counted as
+# the text model's are; the one check is the Qwen2.5-VL-7B L4 log of issue 18 (tests/capacity/test_multimodal.py).
 ENCODER_HIDDEN_COPIES = 3
+# Bytes a pixel value takes as the image processor hands it to vLLM: float32, whatever the model's dtype.
+PROCESSOR_PIXEL_BYTES = 4
 # vLLM's default --limit-mm-per-prompt for a modality the flag does not name (999 since V1; V0 allowed 1).
 VLLM_MM_ITEMS_PER_PROMPT = 999
 

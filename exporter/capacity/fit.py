@@ -1,7 +1,7 @@
 """Fits the capacity model's overhead terms to what real startup logs printed, and measures how far they miss.
 
 The fitted terms are non-torch memory (one value at one GPU, one per GPU above), vLLM's CUDA-graph estimate, and
-a per-version scale on the activation peak that `activation.activation_peak_bytes` predicts from the model's shape
+a per-version scale on the activation peak that `activation.activation_passes` predicts from the model's shape
 (1.0 where the shipped constants already match the logs). Each is the median of what the logs printed: medians,
 because a few logs per source disagree by a factor (one harness's activation figures, V0's non-torch memory).
 The bench fits them on all logs (to check the constants in `assumptions`) and on all sources but one (to score
@@ -32,6 +32,7 @@ class TermObservation:
     weights_bytes: tuple[int, int] | None = None  # (predicted, logged)
     cuda_graph_bytes: int | None = None  # vLLM's own printed estimate
     weights_format: str = UNQUANTIZED  # uncertainty.weights_format of the checkpoint
+    encoder_pass_bytes: int = 0  # the vision tower's predicted pass (activation.ActivationPasses), 0 without one
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,13 @@ def term_spreads(observations: Sequence[TermObservation], fitted: FittedTerms) -
         if o.non_torch_bytes is not None
     ]
     graphs = [o.cuda_graph_bytes - fitted.cuda_graph_bytes for o in observations if o.cuda_graph_bytes is not None]
+    # A vision-language log's activation miss, in units of its tower's predicted pass: the tower's own spread.
+    encoder = [
+        (logged - fitted.activation(predicted, o.version)) / o.encoder_pass_bytes
+        for o in observations
+        if o.activation_bytes and o.encoder_pass_bytes
+        for predicted, logged in [o.activation_bytes]
+    ]
     non_torch_by_version = [
         ((multi, version), spread(errors, _bytes))
         for multi in (False, True)
@@ -140,4 +148,5 @@ def term_spreads(observations: Sequence[TermObservation], fitted: FittedTerms) -
         non_torch_by_version=tuple(non_torch_by_version),
         cuda_graphs=spread(graphs, _bytes),
         weights_by_format=tuple((f, spread(e, _fraction)) for f, e in sorted(weights_by_format.items())),
+        encoder=spread(encoder, _fraction) if encoder else None,
     )

@@ -11,8 +11,9 @@ from typing import Any
 
 from exporter.capacity import assumptions as A
 from exporter.capacity.activation import (
+    ActivationPasses,
     EncoderProfile,
-    activation_peak_bytes,
+    activation_passes,
     cuda_graph_bytes,
     encoder_profile,
     language_only,
@@ -69,6 +70,8 @@ class CapacityPlan:
     non_torch_bytes: int
     cuda_graph_bytes: int
     kv_cache_bytes: int  # the KV budget on one GPU, before rounding to whole blocks
+    # What the activation peak is the larger of, for its range (`uncertainty`); all 0 where nothing is estimated.
+    activation_passes: ActivationPasses
     layout: KvLayout
     pool: KvPool
     fits: bool
@@ -230,6 +233,7 @@ def _evaluate_stage(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, stage:
     ]
     if d.kv_cache_memory_bytes is not None:
         activation = non_torch = graphs = 0
+        passes = ActivationPasses(0)
         kv_budget = d.kv_cache_memory_bytes
         lines.append(BreakdownLine("KV cache budget", kv_budget, "given by --kv-cache-memory"))
         lines.append(BreakdownLine("weights", weights.per_gpu_bytes, _weights_how(arch, weights, d)))
@@ -237,13 +241,14 @@ def _evaluate_stage(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, stage:
         room = gpu.memory_bytes - weights.per_gpu_bytes
     else:
         encoder = encoder_profile(arch, d, d.max_model_len, d.max_num_batched_tokens, d.max_num_seqs)
-        activation = activation_peak_bytes(
+        passes = activation_passes(
             arch, tp, d.max_num_batched_tokens, d.max_num_seqs, dtype_bytes, encoder, d.mm_encoder_tp_mode
         )
+        activation = passes.peak
         non_torch = non_torch_bytes(tp * d.data_parallel, pp)
         graphs = cuda_graph_bytes(d.cuda_graphs_in_budget)
         if sglang:
-            activation, graphs = 0, 0
+            activation, graphs, passes = 0, 0, ActivationPasses(0)
             non_torch = A.SGLANG_CONTEXT_BYTES
         kv_budget = budget - weights.per_gpu_bytes - activation - non_torch - graphs
         room = kv_budget
@@ -282,6 +287,7 @@ def _evaluate_stage(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, stage:
         non_torch_bytes=non_torch,
         cuda_graph_bytes=graphs,
         kv_cache_bytes=kv_budget,
+        activation_passes=passes,
         layout=layout,
         pool=pool,
         fits=fits,

@@ -9,6 +9,11 @@ uses the wider of its own spread and the one over all logs, and a quantized form
 format showed. The terms are treated as independent, so their spreads add
 in quadrature rather than all at their worst at once.
 
+A multimodal model's activation peak is the larger of two passes of vLLM's profiling run, the vision tower's over
+the dummy images and the text passes: each pass gets its own spread (the tower's from the vision-language logs, as
+a fraction of its predicted pass; the text's the activation spread above), and the peak moves by whichever pass
+ends up larger, so the text's spread never lands on the tower's bytes.
+
 `SHIPPED_SPREADS` is what `exporter.capacity.fit.term_spreads` derives from bench/data/vllm_startup_logs.yaml
 (`python -m bench.model_accuracy` prints it; tests/capacity/test_uncertainty.py checks it is current).
 """
@@ -17,6 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
+from exporter.capacity.activation import ActivationPasses
 from exporter.capacity.deployment import Deployment
 from exporter.capacity.kv import KvLayout, KvPool
 from exporter.capacity.quantization import Quantization
@@ -54,6 +60,9 @@ class TermSpreads:
     non_torch_by_version: tuple[tuple[tuple[bool, Version], Spread], ...]  # keyed by (more than one GPU, version)
     cuda_graphs: Spread  # bytes
     weights_by_format: tuple[tuple[str, Spread], ...] = ()  # fraction of the predicted weights, per format
+    # Fraction of the vision tower's predicted pass, over all versions; None where no vision-language log prints
+    # an activation peak, and then the tower is as unsure as the activation over all versions.
+    encoder: Spread | None = None
 
     def weights_for(self, fmt: str) -> Spread:
         by_format = dict(self.weights_by_format)
@@ -69,6 +78,9 @@ class TermSpreads:
 
     def activation_for(self, version: Version | None) -> Spread:
         return dict(self.activation_by_version).get(version, self.activation) if version else self.activation
+
+    def encoder_pass(self) -> Spread:
+        return self.encoder if self.encoder is not None else self.activation
 
     def non_torch_for(self, multi_gpu: bool, version: Version | None) -> Spread:
         pooled = self.non_torch_multi_gpu if multi_gpu else self.non_torch_single_gpu
@@ -99,6 +111,7 @@ SHIPPED_SPREADS = TermSpreads(
         ("int", Spread(0.0, 0.006, 1)),
         ("mxfp4", Spread(-0.019, 0.083, 5)),
     ),
+    encoder=Spread(-0.081, 0.413, 4),
 )
 
 
@@ -119,9 +132,22 @@ class PlannedMemory(Protocol):
     @property
     def kv_cache_bytes(self) -> int: ...
     @property
+    def activation_passes(self) -> ActivationPasses: ...
+    @property
     def layout(self) -> KvLayout: ...
     @property
     def pool(self) -> KvPool: ...
+
+
+def _activation_error(result: PlannedMemory, text: Spread, tower: Spread) -> tuple[float, float]:
+    """(low, high) bytes the activation peak may really differ by. With a vision tower the peak is the larger of
+    its pass and the text passes, each moved by its own spread; without one, the activation's spread applies."""
+    passes = result.activation_passes
+    if not passes.encoder:
+        return text.low * result.activation_bytes, text.high * result.activation_bytes
+    low = max(passes.encoder * (1 + tower.low), passes.text * (1 + text.low))
+    high = max(passes.encoder * (1 + tower.high), passes.text * (1 + text.high))
+    return low - passes.peak, high - passes.peak
 
 
 def kv_cache_tokens_range(result: PlannedMemory, spreads: TermSpreads = SHIPPED_SPREADS) -> tuple[int, int]:
@@ -136,7 +162,7 @@ def kv_cache_tokens_range(result: PlannedMemory, spreads: TermSpreads = SHIPPED_
     non_torch = spreads.non_torch_for(d.tensor_parallel * d.pipeline_parallel > 1, version)
     terms = [
         (weights.low * result.weights.per_gpu_bytes, weights.high * result.weights.per_gpu_bytes),
-        (activation.low * result.activation_bytes, activation.high * result.activation_bytes),
+        _activation_error(result, activation, spreads.encoder_pass()),
         (non_torch.low, non_torch.high) if result.non_torch_bytes else (0.0, 0.0),
         (spreads.cuda_graphs.low, spreads.cuda_graphs.high) if result.cuda_graph_bytes else (0.0, 0.0),
     ]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from bench import model_accuracy
 from exporter.capacity.deployment import Deployment
-from exporter.capacity.fit import FitError, spread
+from exporter.capacity.fit import FitError, spread, term_spreads
 from exporter.capacity.plan import plan
 from exporter.capacity.quantization import from_config
 from exporter.capacity.uncertainty import SHIPPED_SPREADS, kv_cache_tokens_range
@@ -107,3 +107,35 @@ def test_every_quantized_log_falls_inside_its_range_in_sample_and_out_of_sample(
     # source has a v0.29 log with an activation figure, so the spread their source gives cannot be learnt without it.
     missed = [s.id for s in scored if not (s.covered(False) and s.covered(True))]
     assert all(e.get("known_miss") for e in ENTRIES if e["id"] in missed), missed
+
+
+QWEN_VL_ON_L4 = plan(load_model("qwen2.5-vl-7b"), find_gpu("L4"), Deployment(max_model_len=2048, vllm_version=(0, 9)))
+
+
+def test_a_vision_towers_pass_moves_by_its_own_spread_and_not_the_text_passes():
+    passes = QWEN_VL_ON_L4.activation_passes
+    assert passes.encoder > 2 * passes.text  # the 65,536-patch dummy image sets the peak
+    steadier_text = replace(SHIPPED_SPREADS, activation=replace(SHIPPED_SPREADS.activation, low=-0.1, high=0.1))
+    assert kv_cache_tokens_range(QWEN_VL_ON_L4, steadier_text) == kv_cache_tokens_range(QWEN_VL_ON_L4)
+    assert SHIPPED_SPREADS.encoder is not None
+    shakier_tower = replace(SHIPPED_SPREADS, encoder=replace(SHIPPED_SPREADS.encoder, high=1.0))
+    assert kv_cache_tokens_range(QWEN_VL_ON_L4, shakier_tower)[0] < kv_cache_tokens_range(QWEN_VL_ON_L4)[0]
+
+
+def test_the_towers_spread_comes_from_the_vision_language_logs_that_print_a_peak():
+    printing = [
+        e
+        for e in ENTRIES
+        if e["observed"].get("activation_peak_gib")
+        and (setup := model_accuracy._setup(e)) is not None
+        and setup.reference.activation_passes.encoder
+    ]
+    assert SHIPPED_SPREADS.encoder is not None
+    assert SHIPPED_SPREADS.encoder.samples == len(printing) >= 4
+
+
+def test_without_a_vision_language_log_the_tower_is_as_unsure_as_the_activation_over_all_versions():
+    text_only = [model_accuracy.observation(e) for e in ENTRIES if not model_accuracy.observation(e).encoder_pass_bytes]
+    spreads = term_spreads(text_only, model_accuracy.SHIPPED_TERMS)
+    assert spreads.encoder is None
+    assert spreads.encoder_pass() == spreads.activation
