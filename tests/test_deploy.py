@@ -111,3 +111,93 @@ def test_sidecar_runs_without_the_daemonsets_attribution_privileges():
     assert context["runAsNonRoot"] is True and context["runAsUser"] != 0
     assert context["capabilities"] == {"drop": ["ALL"]}
     assert context["readOnlyRootFilesystem"] is True and context["allowPrivilegeEscalation"] is False
+
+
+FLEET = KUBERNETES / "fleet"
+
+
+def _fleet_documents() -> list[dict]:
+    kustomization = yaml.safe_load((FLEET / "kustomization.yaml").read_text())
+    return [d for name in kustomization["resources"] for d in yaml.safe_load_all((FLEET / name).read_text())]
+
+
+def _fleet_config(documents: list[dict]):
+    (configmap,) = [d for d in documents if d["kind"] == "ConfigMap"]
+    return parse_config(configmap["data"]["plimsoll.yaml"], "configmap plimsoll-fleet", environ={})
+
+
+def test_fleet_builtin_kinds_validate_against_the_kubernetes_schema():
+    kinds = []
+    for document in _fleet_documents():
+        kinds.append(document["kind"])
+        if not document["apiVersion"].startswith("monitoring.coreos.com/"):
+            validate(document, KUBERNETES_VERSION, strict=True)
+    assert sorted(kinds) == sorted(
+        ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service", "ServiceMonitor"]
+    )
+
+
+def test_fleet_daemon_is_one_replica_listing_every_nodes_pods_for_the_scale_up_lag():
+    documents = _fleet_documents()
+    config = _fleet_config(documents)
+    assert config.kubernetes is not None and config.kubernetes.scope == "cluster" and config.kubernetes.label_selector
+    assert config.nvml is False
+    assert config.autoscaling is not None
+    assert any(w.knee_concurrency is not None for w in config.autoscaling.workloads)  # a workload with a lag
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert not pod.get("hostPID") and "env" not in container  # no NODE_NAME, no attribution privileges
+    assert container["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_fleet_service_account_may_only_get_and_list_pods_in_the_namespaces_it_lists():
+    documents = _fleet_documents()
+    config = _fleet_config(documents)
+    assert config.kubernetes is not None and config.kubernetes.namespaces  # a Role per namespace needs them named
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    roles = {(d["metadata"]["namespace"], d["metadata"]["name"]): d for d in documents if d["kind"] == "Role"}
+    granted = set()
+    for binding in (d for d in documents if d["kind"] == "RoleBinding"):
+        (subject,) = binding["subjects"]
+        assert (subject["name"], subject["namespace"]) == (account, deployment["metadata"]["namespace"])
+        role = roles[(binding["metadata"]["namespace"], binding["roleRef"]["name"])]
+        assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
+        granted.add(binding["metadata"]["namespace"])
+    assert granted == set(config.kubernetes.namespaces)
+
+
+def test_fleet_service_monitor_scrapes_the_daemon_and_keeps_only_the_scale_up_series_and_build_info():
+    documents = _fleet_documents()
+    (service,) = [d for d in documents if d["kind"] == "Service"]
+    (monitor,) = [d for d in documents if d["kind"] == "ServiceMonitor"]
+    (deployment,) = [d for d in documents if d["kind"] == "Deployment"]
+    assert service["spec"]["selector"] == deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert "plimsoll" in service["metadata"]["labels"][monitor["spec"]["jobLabel"]]  # PlimsollExporterAbsent's job
+    # Fields of the Prometheus Operator's API (monitoring.coreos.com/v1: ServiceMonitorSpec, Endpoint, RelabelConfig).
+    assert set(monitor["spec"]) <= {"jobLabel", "selector", "namespaceSelector", "endpoints"}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout", "metricRelabelings"}
+    relabel_fields = {"sourceLabels", "separator", "targetLabel", "regex", "modulus", "replacement", "action"}
+    assert all(set(relabel) <= relabel_fields for relabel in endpoint["metricRelabelings"])
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    assert endpoint["metricRelabelings"] == [
+        {"sourceLabels": ["__name__"], "regex": "plimsoll_scale_up_.*|plimsoll_build_info", "action": "keep"}
+    ]
+    base = yaml.safe_load((KUBERNETES / "servicemonitor.yaml").read_text())
+    assert monitor["metadata"]["labels"]["release"] == base["metadata"]["labels"]["release"]
+
+
+def test_rendered_fleet_overlay_keeps_each_objects_namespace():
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: the fleet overlay cannot be rendered (its files are checked alone)")
+    result = subprocess.run([kubectl, "kustomize", str(FLEET)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    rendered = {(d["kind"], d["metadata"]["namespace"]) for d in yaml.safe_load_all(result.stdout)}
+    assert {("Role", "inference"), ("RoleBinding", "inference"), ("Deployment", "monitoring")} <= rendered

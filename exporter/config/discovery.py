@@ -1,5 +1,6 @@
-"""Targets found rather than listed: Prometheus file_sd files, engine pods on this node from the Kubernetes API
-(the `discovery.kubernetes` section), and the engines' usual ports on this host when there is no config at all."""
+"""Targets found rather than listed: Prometheus file_sd files, engine pods on this node (or every node) from the
+Kubernetes API (the `discovery.kubernetes` section), and the engines' usual ports on this host when there is no
+config at all."""
 
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,7 @@ _KUBERNETES_FIELDS = (
     "api_url",
     "token_file",
     "ca_file",
+    "scope",
 )
 
 
@@ -41,24 +43,47 @@ def parse_kubernetes(r: Reader, raw: Any, environ: Mapping[str, str]) -> Kuberne
     r.unknown(data, path, _KUBERNETES_FIELDS)
     p = f"{path}."
     enabled = r.convert(data, "enabled", p, validate_boolean, False)
-    node = r.convert(data, "node", p, text_value("a node name"), None) or environ.get("NODE_NAME", "")
-    if enabled and not node:
+    scope = r.convert(data, "scope", p, one_of(("node", "cluster")), "node")
+    node = _node(r, data, environ, enabled=enabled, cluster=scope == "cluster")
+    label_selector = r.convert(data, "label_selector", p, text_value("a label selector such as app=vllm"), "")
+    if scope == "cluster" and not label_selector:
         r.fail(
-            f"{path}.node",
-            "not set and NODE_NAME is not in the environment (give the pod NODE_NAME from the downward API, "
-            "fieldRef spec.nodeName, as deploy/kubernetes/daemonset.yaml does)",
+            f"{path}.label_selector",
+            "required with scope: cluster, so that one daemon lists the engine pods rather than every pod of the "
+            "cluster (e.g. app.kubernetes.io/component=vllm)",
         )
     namespaces = r.strings(data, "namespaces", p, "a list of namespace names (empty or absent: all namespaces)")
     settings = KubernetesDiscovery(
         node=node,
         namespaces=tuple(namespaces),
-        label_selector=r.convert(data, "label_selector", p, text_value("a label selector such as app=vllm"), ""),
+        label_selector=label_selector,
         refresh_seconds=r.convert(data, "refresh", p, validate_duration, 30.0),
         api_url=r.convert(data, "api_url", p, validate_url, None),
         token_file=r.convert(data, "token_file", p, text_value("the path of a token file"), None),
         ca_file=r.convert(data, "ca_file", p, text_value("the path of a CA certificate"), None),
+        scope=scope,
     )
     return settings if enabled else None
+
+
+def _node(r: Reader, data: Mapping[str, Any], environ: Mapping[str, str], *, enabled: bool, cluster: bool) -> str:
+    """The node whose pods are listed; "" with scope cluster, where a node set in the file contradicts the scope."""
+    path = "discovery.kubernetes.node"
+    if cluster:
+        if data.get("node") is not None:
+            r.fail(path, "only with scope: node (scope: cluster lists the pods of every node): remove it")
+        return ""
+    node: str = r.convert(data, "node", "discovery.kubernetes.", text_value("a node name"), None) or environ.get(
+        "NODE_NAME", ""
+    )
+    if enabled and not node:
+        r.fail(
+            path,
+            "not set and NODE_NAME is not in the environment (give the pod NODE_NAME from the downward API, "
+            "fieldRef spec.nodeName, as deploy/kubernetes/daemonset.yaml does; or scope: cluster for one daemon "
+            "that lists every node's pods)",
+        )
+    return node
 
 
 def _host_port(value: Any) -> str:

@@ -54,15 +54,17 @@ class SloConfig:
 
 @dataclass(frozen=True)
 class KubernetesDiscovery:
-    """Engine pods on one node, listed from the Kubernetes API (exporter/sources/kubernetes.py)."""
+    """Engine pods listed from the Kubernetes API (exporter/sources/kubernetes.py): those on one node (a DaemonSet's
+    instance), or with `scope` "cluster" those on every node (one daemon that sees every replica of a workload)."""
 
-    node: str
+    node: str  # "" with scope "cluster"
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     label_selector: str = ""
     refresh_seconds: float = 30.0
     api_url: str | None = None  # default: the in-cluster API server
     token_file: str | None = None  # default: the pod's service-account token
     ca_file: str | None = None
+    scope: str = "node"  # or "cluster"
 
 
 @dataclass(frozen=True)

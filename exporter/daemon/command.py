@@ -163,6 +163,9 @@ def _check_config(args: argparse.Namespace) -> int:
     if problems:
         raise ConfigError(problems)
     config = report.config
-    pods = f", pods on node {config.kubernetes.node}" if config.kubernetes else ""
+    pods = ""
+    if config.kubernetes:
+        where = "across the cluster" if config.kubernetes.scope == "cluster" else f"on node {config.kubernetes.node}"
+        pods = f", pods {where}"
     print(f"{config.source}: ok, {len(config.targets)} static targets{pods}, {len(config.slos)} SLOs")
     return EXIT_OK

@@ -130,6 +130,10 @@ def _pod_discovery(config: Config) -> PodDiscovery | None:
     return PodDiscovery(config.kubernetes, config.timeout_seconds) if config.kubernetes else None
 
 
+def _cluster_wide(config: Config) -> bool:
+    return config.kubernetes is not None and config.kubernetes.scope == "cluster"
+
+
 def _names_targets(config: Config) -> bool:
     """Whether the config says where targets are; without, the daemon scans this host's usual engine ports."""
     return bool(config.targets or config.target_files or config.kubernetes)
@@ -299,7 +303,12 @@ class Daemon:
             self._memory.pop(gone, None)
 
     async def _read_gpus(self, targets: tuple[Target, ...]) -> None:
-        if self._nvml is not None:
+        """NVML sees this node's GPUs alone: a daemon listing every node's pods reads none, rather than give its
+        node's GPUs to a pod on another (the sole target gets every GPU; a `gpus: auto` target, those of its
+        processes)."""
+        if self._nvml is None or _cluster_wide(self.config):
+            self._gpus = (None, MappingProxyType({}))
+        else:
             self._gpus = await asyncio.to_thread(self._read_gpus_blocking, targets)
 
     def _read_gpus_blocking(self, targets: tuple[Target, ...]) -> tuple[NvmlSnapshot | None, Mapping[int, str]]:

@@ -4,6 +4,11 @@ Each refresh lists the pods scheduled to this node (`fieldSelector=spec.nodeName
 kubelet's neighbours make) and turns the running ones into targets. A list every 30 s per node is lighter on the
 API server than a watch per node and needs no resume logic; a pod that starts is picked up within one refresh.
 
+With scope "cluster" (one daemon that must see every replica of a workload, for the fleet's scale-up lag) the
+query has no node: the label selector, which the config then requires, is what keeps it to the engine pods. Either
+way the list is read in pages of `limit` pods (`continue`), and all pages of one refresh together are bounded as
+one list is.
+
 Which pods, and where their page is, comes from annotations, Prometheus' conventions first understood:
 
     plimsoll.io/scrape: "false"        leave this pod out
@@ -26,7 +31,7 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +45,9 @@ log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _ANNOTATION_PREFIXES = ("plimsoll.io/", "prometheus.io/")
-_MAX_LIST_BYTES = 32 * 1024 * 1024
+_MAX_LIST_BYTES = 32 * 1024 * 1024  # all pages of one refresh together
+_PAGE_PODS = 500  # kubectl's page size: one page is one bounded API server request
+_MAX_PAGES = 200  # per namespace listed; a server that never stops handing out `continue` is refused
 # What the API server says becomes label values, YAML in generated files and text on a terminal: held to the rule
 # a config's target name, model and metrics path are held to, so a discovered pod can say no more than a config can.
 _TARGET_NAME = label_value("a target name")
@@ -143,7 +150,8 @@ def pod_targets(pod_list: Mapping[str, Any]) -> PodTargets:
 
 
 class PodDiscovery:
-    """The pods on this node as targets, refreshed at most once per `settings.refresh_seconds`."""
+    """The pods on this node (or, scope cluster, on every node) as targets, refreshed at most once per
+    `settings.refresh_seconds`."""
 
     def __init__(
         self,
@@ -170,15 +178,23 @@ class PodDiscovery:
             return None
         return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
+    def where(self) -> str:
+        """Where the pods are listed, for log lines."""
+        return "across the cluster" if self.settings.scope == "cluster" else f"on node {self.settings.node}"
+
     def list_urls(self, api: str) -> list[str]:
-        query: dict[str, str] = {"fieldSelector": f"spec.nodeName={self.settings.node}"}
+        """The first page's URL of each list (one per namespace, or one for all)."""
+        query: dict[str, str] = {}
+        if self.settings.scope == "node":
+            query["fieldSelector"] = f"spec.nodeName={self.settings.node}"
         if self.settings.label_selector:
             query["labelSelector"] = self.settings.label_selector
+        query["limit"] = str(_PAGE_PODS)
         paths = [f"/api/v1/namespaces/{ns}/pods" for ns in self.settings.namespaces] or ["/api/v1/pods"]
         return [f"{api}{path}?{urlencode(query)}" for path in paths]
 
     async def refresh(self, session: aiohttp.ClientSession) -> None:
-        """List this node's pods when a refresh is due; a failure is logged once and the old targets stay."""
+        """List the pods when a refresh is due; a failure is logged once and the old targets stay."""
         now = self._clock()
         if now < self._next_refresh:
             return
@@ -194,24 +210,41 @@ class PodDiscovery:
             headers, ssl_context = self._credentials(api)
             found: list[Target] = []
             problems: list[str] = []
-            for url in self.list_urls(api):
-                pods = await _get_json(session, url, headers, ssl_context, self._timeout)
+            async for pods in self._pages(session, api, headers, ssl_context):
                 listed = pod_targets(pods)
                 found.extend(listed.targets)
                 problems.extend(listed.problems)
         except (OSError, aiohttp.ClientError, TimeoutError, ValueError) as error:
-            self._fail(
-                f"listing pods on node {self.settings.node} failed, keeping {len(self.targets)} targets: {error}"
-            )
+            self._fail(f"listing pods {self.where()} failed, keeping {len(self.targets)} targets: {error}")
             return
         if self._failing:
-            log.info("kubernetes: listing pods on node %s works again", self.settings.node)
+            log.info("kubernetes: listing pods %s works again", self.where())
             self._failing = False
         for problem in problems:
             self._report(problem)
         if {t.name for t in found} != {t.name for t in self.targets}:
-            log.info("kubernetes: %d engine pods on node %s", len(found), self.settings.node)
+            log.info("kubernetes: %d engine pods %s", len(found), self.where())
         self.targets = tuple(found)
+
+    async def _pages(
+        self, session: aiohttp.ClientSession, api: str, headers: Mapping[str, str], ssl_context: ssl.SSLContext | None
+    ) -> AsyncIterator[Mapping[str, Any]]:
+        """Every page of every list, following `continue`; together at most _MAX_LIST_BYTES. Each page is made
+        targets before the next is read, so a long list is never held whole."""
+        left = _MAX_LIST_BYTES
+        for first in self.list_urls(api):
+            url = first
+            for _ in range(_MAX_PAGES):
+                page, size = await _get_json(session, url, headers, ssl_context, self._timeout, left)
+                yield page
+                left -= size
+                metadata = page.get("metadata")
+                token = metadata.get("continue") if isinstance(metadata, dict) else None
+                if not token or not isinstance(token, str):
+                    break
+                url = f"{first}&{urlencode({'continue': token})}"
+            else:
+                raise ValueError(f"the pod list from {first} goes on past {_MAX_PAGES} pages of {_PAGE_PODS} pods")
 
     def _credentials(self, api: str) -> tuple[dict[str, str], ssl.SSLContext | None]:
         headers = {"Accept": "application/json"}
@@ -241,15 +274,22 @@ async def _get_json(
     headers: Mapping[str, str],
     ssl_context: ssl.SSLContext | None,
     timeout: aiohttp.ClientTimeout,
-) -> Mapping[str, Any]:
+    max_bytes: int,
+) -> tuple[Mapping[str, Any], int]:
+    """One page of a PodList and its size in bytes; over `max_bytes` (what the refresh has left) is an error."""
     async with session.get(url, headers=headers, ssl=ssl_context or True, timeout=timeout) as response:
         if response.status != 200:
-            hint = " (the service account needs get/list on pods: see deploy/kubernetes/rbac.yaml)"
+            hint = (
+                " (the service account needs get/list on pods: see deploy/kubernetes/rbac.yaml, or "
+                "deploy/kubernetes/fleet/rbac.yaml for scope: cluster)"
+            )
             raise ValueError(f"HTTP {response.status} from {url}{hint if response.status == 403 else ''}")
-        body = await response.content.read(_MAX_LIST_BYTES + 1)
-        if len(body) > _MAX_LIST_BYTES:
-            raise ValueError(f"the pod list from {url} is over {_MAX_LIST_BYTES} bytes")
+        body = bytearray()  # read(n) returns what has arrived, not n bytes: read to the end, bounded
+        async for chunk in response.content.iter_chunked(65536):
+            body += chunk
+            if len(body) > max_bytes:
+                raise ValueError(f"the pod lists of one refresh are over {_MAX_LIST_BYTES} bytes (at {url})")
         pods = json.loads(body)
         if not isinstance(pods, dict) or pods.get("kind") != "PodList":
             raise ValueError(f"{url} did not return a PodList")
-        return pods
+        return pods, len(body)

@@ -258,6 +258,49 @@ def test_pods_the_kubernetes_api_lists_on_this_node_are_polled_beside_static_tar
     assert states["inference/llama-0"].target.source == "kubernetes"
 
 
+def _poll_pods_on_two_nodes(scope: str):
+    """One pod on this node, one on another, both served here; NVML sees this process on GPU 0."""
+    api = FakeApiServer()
+
+    async def go():
+        async with (
+            page_server() as base,
+            TestServer(api.app(), host="127.0.0.1") as api_server,
+            aiohttp.ClientSession() as session,
+        ):
+            annotations = {"plimsoll.io/port": base.rsplit(":", 1)[1], "plimsoll.io/path": PEAK}
+            api.pods = pod_list(
+                pod("llama-0", ip="127.0.0.1", annotations=annotations),
+                pod("llama-1", ip="127.0.0.1", annotations=annotations, node="gpu-node-8"),
+            )
+            settings = KubernetesDiscovery(
+                node="" if scope == "cluster" else NODE,
+                scope=scope,
+                label_selector="app=vllm",
+                api_url=str(api_server.make_url("")),
+                token_file="/nonexistent",
+            )
+            daemon = Daemon(Config(kubernetes=settings, timeout_seconds=1.0), nvml=_TwoGpus())
+            return await daemon.poll_once(session)
+
+    return asyncio.run(go())
+
+
+def test_a_cluster_wide_daemon_polls_every_nodes_pods_and_gives_them_none_of_its_nodes_gpus():
+    snapshot = _poll_pods_on_two_nodes("cluster")
+    states = _by_name(snapshot)
+    assert set(states) == {"inference/llama-0", "inference/llama-1"}
+    assert all(state.up for state in states.values())
+    assert snapshot.nvml is None and all(state.gpus == () for state in states.values())
+
+
+def test_a_node_daemon_polls_its_nodes_pods_and_reads_its_gpus():
+    snapshot = _poll_pods_on_two_nodes("node")
+    (state,) = snapshot.targets
+    assert state.target.name == "inference/llama-0"
+    assert snapshot.nvml is not None and state.gpus != ()  # the sole target: every GPU of the node
+
+
 def _serve_app(app: web.Application, check):
     async def go():
         async with TestServer(app, host="127.0.0.1") as server, aiohttp.ClientSession() as session:

@@ -2,6 +2,7 @@
 names the daemon exports, and output that is deterministic and matches the committed files."""
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import replace
@@ -12,12 +13,14 @@ import pytest
 import yaml
 
 from exporter.config import Config, SloConfig, load_config
+from exporter.core.scale_up import LAG_BUCKETS
 from exporter.daemon.collector import SnapshotCollector
 from exporter.daemon.snapshot import Snapshot
 from exporter.generate import dashboards, rules
 from exporter.generate.rules import saturation_gate_ratio
 from exporter.scaling import DEMAND_RECORD
 from exporter.sources.nvml import NvmlSnapshot
+from tests.generate.conftest import promtool_rule_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "plimsoll.example.yaml"
@@ -29,6 +32,7 @@ PROMQL_FUNCTIONS = {
     "count",
     "group",
     "rate",
+    "increase",
     "histogram_quantile",
     "vector",
     "predict_linear",
@@ -68,7 +72,7 @@ def exported_metric_names() -> set[str]:
     snapshot = Snapshot(taken_at=0.0, ready=True, nvml=nvml, targets=())
     names = set()
     for family in SnapshotCollector(lambda: snapshot, lambda: []).collect():
-        names.add(family.name + {"counter": "_total", "info": "_info"}.get(family.type, ""))
+        names.add(family.name + {"counter": "_total", "info": "_info", "histogram": "_bucket"}.get(family.type, ""))
     return names
 
 
@@ -438,6 +442,7 @@ def test_saturation_trend_window_is_the_ahead_alert_fit_and_the_projected_usage(
 # The "Replicas and cost" row: the replica and cost records, by name, only where the rules write them.
 
 REPLICA_PANELS = ("Replicas needed vs running per model", "Demand against capacity per model (requests)")
+SCALE_UP_PANELS = ("Scale-up lag per model (over the time range)", "Scale-up pending per model")
 HOURLY_COST_PANEL = "GPU cost per hour per model"
 DAILY_COST_PANELS = ("GPU cost per day, replicas running", "GPU cost per day, replicas not needed")
 
@@ -452,12 +457,13 @@ def test_replicas_and_cost_row_is_there_only_with_autoscaling_or_prices(example)
     assert titles[titles.index("Replicas and cost") :] == [
         "Replicas and cost",
         *REPLICA_PANELS,
+        *SCALE_UP_PANELS,
         HOURLY_COST_PANEL,
         *DAILY_COST_PANELS,
     ]
     assert "Replicas and cost" not in fleet_titles(replace(example, autoscaling=None, gpu_hour_prices=()))
     unpriced = fleet_titles(replace(example, gpu_hour_prices=()))
-    assert unpriced[unpriced.index("Replicas and cost") + 1 :] == list(REPLICA_PANELS)
+    assert unpriced[unpriced.index("Replicas and cost") + 1 :] == [*REPLICA_PANELS, *SCALE_UP_PANELS]
     unscaled = fleet_titles(replace(example, autoscaling=None))
     assert unscaled[unscaled.index("Replicas and cost") + 1 :] == [HOURLY_COST_PANEL, DAILY_COST_PANELS[0]]
     unscaled_hourly = queries_of(panel_titled(replace(example, autoscaling=None), HOURLY_COST_PANEL))
@@ -498,3 +504,56 @@ def test_cost_panels_say_per_hour_and_per_day_in_their_units(example):
         assert panel["type"] == "stat" and panel["fieldConfig"]["defaults"]["unit"] == "suffix:/day", title
         (expr,) = queries_of(panel)
         assert expr.startswith("sum(model:plimsoll_gpu_daily_cost:"), expr
+
+
+def test_scale_up_panels_read_the_lag_histogram_over_the_range_and_the_pending_age(example):
+    lag, pending = (panel_titled(example, title) for title in SCALE_UP_PANELS)
+    buckets = (
+        'sum by (le, model) (increase(plimsoll_scale_up_lag_seconds_bucket{instance=~"$node", model=~"$model"}'
+        "[$__range]))"
+    )
+    assert queries_of(lag) == [f"histogram_quantile(0.5, {buckets})", f"histogram_quantile(0.9, {buckets})"]
+    assert all(target["instant"] for target in lag["targets"])  # the lags measured in the range, not a window
+    assert queries_of(pending) == [
+        'max by (model) (plimsoll_scale_up_pending_seconds{instance=~"$node", model=~"$model"})'
+    ]
+    assert lag["fieldConfig"]["defaults"]["unit"] == pending["fieldConfig"]["defaults"]["unit"] == "s"
+    # The start-up each lag is held against, per workload the daemon measures (those with a knee).
+    assert "meta-llama/Llama-3.1-8B-Instruct 5 min" in lag["description"] and "tiny-llama" not in lag["description"]
+
+
+def test_no_scale_up_panels_without_a_workload_with_a_knee(example):
+    assert example.autoscaling is not None
+    unmeasured = replace(
+        example,
+        autoscaling=replace(
+            example.autoscaling,
+            workloads=tuple(replace(w, knee_concurrency=None) for w in example.autoscaling.workloads),
+        ),
+    )
+    titles = fleet_titles(unmeasured)
+    assert "Replicas and cost" in titles and not set(SCALE_UP_PANELS) & set(titles)
+
+
+def test_scale_up_lag_quantiles_are_those_of_the_lags_measured_in_the_range(example, prometheus_tools, tmp_path):
+    """promtool evaluates the panel's queries over the daemon's histogram after four lags, 20 s, 50 s, 100 s and
+    500 s, ten minutes into an hour: the median falls in the (30, 60] bucket, the 90th percentile in (300, 600]."""
+    lags = (20, 50, 100, 500)
+    series = [
+        {
+            "series": f'plimsoll_scale_up_lag_seconds_bucket{{instance="fleet", model="m", le="{le}"}}',
+            "values": f"0x10 {sum(lag <= bound for lag in lags)}x50",
+        }
+        for le, bound in [*((f"{b:.1f}", b) for b in LAG_BUCKETS), ("+Inf", math.inf)]
+    ]
+    median, p90 = (
+        dashboards.render(e, {"__range": "1h"}) for e in queries_of(panel_titled(example, SCALE_UP_PANELS[0]))
+    )
+    # Interpolated within the bucket, as histogram_quantile does: rank 2 of 4 ends (30, 60]; rank 3.6 is 60% into
+    # (300, 600].
+    tests = [
+        {"expr": median, "eval_time": "60m", "exp_samples": [{"labels": '{model="m"}', "value": 60}]},
+        {"expr": p90, "eval_time": "60m", "exp_samples": [{"labels": '{model="m"}', "value": 480}]},
+    ]
+    unit = {"rule_files": [], "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}]}
+    promtool_rule_tests(prometheus_tools["promtool"], tmp_path, unit)

@@ -5,9 +5,11 @@ import asyncio
 import logging
 
 import aiohttp
+import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from exporter.config import KubernetesDiscovery
+from exporter.config import ConfigError, KubernetesDiscovery, parse_config
 from exporter.sources.kubernetes import PodDiscovery, pod_targets
 from tests.support.kubernetes_api import NODE, FakeApiServer, pod, pod_list
 
@@ -125,9 +127,8 @@ def test_refresh_lists_this_nodes_pods_with_the_service_account_token(tmp_path):
 
     (target,) = _discover(api, settings, steps)
     assert target.name == "inference/llama-0"
-    assert api.requests == [
-        ("/api/v1/pods", {"fieldSelector": f"spec.nodeName={NODE}", "labelSelector": "app=vllm"}, "Bearer secret-token")
-    ]
+    query = {"fieldSelector": f"spec.nodeName={NODE}", "labelSelector": "app=vllm", "limit": "500"}
+    assert api.requests == [("/api/v1/pods", query, "Bearer secret-token")]
 
 
 def test_namespaces_are_listed_one_by_one():
@@ -211,3 +212,93 @@ def test_a_failure_after_recovery_is_logged_again(caplog):
         _discover(api, settings, steps, clock=lambda: now[0])
     messages = [r.getMessage() for r in caplog.records]
     assert [("HTTP 500" in m, "works again" in m) for m in messages] == [(True, False), (False, True), (True, False)]
+
+
+def _names_listed(settings: KubernetesDiscovery, api: FakeApiServer) -> list[str]:
+    async def steps(discovery, session):
+        await discovery.refresh(session)
+        return [t.name for t in discovery.targets]
+
+    return _discover(api, settings, steps)
+
+
+def _two_nodes() -> FakeApiServer:
+    api = FakeApiServer()
+    api.pods = pod_list(pod("llama-0", ports=(8000,)), pod("llama-1", ports=(8000,), node="gpu-node-8"))
+    return api
+
+
+def test_cluster_scope_lists_every_nodes_pods_with_no_node_in_the_query():
+    api = _two_nodes()
+    settings = KubernetesDiscovery(node="", scope="cluster", label_selector="app=vllm", token_file="/nonexistent")
+    assert _names_listed(settings, api) == ["inference/llama-0", "inference/llama-1"]
+    ((_, query, _),) = api.requests
+    assert query == {"labelSelector": "app=vllm", "limit": "500"}
+
+
+def test_node_scope_lists_only_this_nodes_pods():
+    api = _two_nodes()
+    settings = KubernetesDiscovery(node=NODE, label_selector="app=vllm", token_file="/nonexistent")
+    assert _names_listed(settings, api) == ["inference/llama-0"]
+
+
+def test_a_long_list_is_read_page_by_page():
+    api = FakeApiServer()
+    api.pods = pod_list(*(pod(f"llama-{i}", ports=(8000,)) for i in range(1201)))
+    settings = KubernetesDiscovery(node="", scope="cluster", label_selector="app=vllm", token_file="/nonexistent")
+    names = _names_listed(settings, api)
+    assert len(names) == 1201 and names[-1] == "inference/llama-1200"
+    assert [query.get("continue") for _, query, _ in api.requests] == [None, "500", "1000"]
+    assert all(query["limit"] == "500" for _, query, _ in api.requests)
+
+
+def test_an_api_that_never_stops_paging_is_refused_and_the_last_targets_stay(caplog):
+    async def endless(request: web.Request) -> web.Response:
+        page = int(request.query.get("continue", "0"))
+        return web.json_response({"kind": "PodList", "metadata": {"continue": str(page + 1)}, "items": []})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", endless)
+
+    async def go():
+        async with TestServer(app, host="127.0.0.1") as server, aiohttp.ClientSession() as session:
+            settings = KubernetesDiscovery(
+                node="", scope="cluster", label_selector="app=vllm", api_url=str(server.make_url("")).rstrip("/")
+            )
+            discovery = PodDiscovery(settings, 2.0, environ={})
+            await discovery.refresh(session)
+            return discovery.targets
+
+    with caplog.at_level(logging.WARNING):
+        assert asyncio.run(go()) == ()
+    assert "listing pods across the cluster failed" in caplog.text and "past 200 pages of 500 pods" in caplog.text
+
+
+def test_cluster_scope_needs_no_node_and_ignores_node_name():
+    text = "discovery:\n  kubernetes: {enabled: true, scope: cluster, label_selector: app=vllm}\n"
+    settings = parse_config(text, "c.yaml", environ={"NODE_NAME": "gpu-node-7"}).kubernetes
+    assert settings is not None and (settings.scope, settings.node) == ("cluster", "")
+    default = parse_config(text.replace("scope: cluster, ", ""), "c.yaml", environ={"NODE_NAME": "n1"}).kubernetes
+    assert default is not None and (default.scope, default.node) == ("node", "n1")
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ("scope: cluster", "c.yaml: discovery.kubernetes.label_selector: required with scope: cluster"),
+        (
+            "scope: cluster, label_selector: app=vllm, node: n1",
+            "c.yaml: discovery.kubernetes.node: only with scope: node",
+        ),
+        (
+            "scope: fleet, label_selector: app=vllm",
+            "c.yaml: discovery.kubernetes.scope: 'fleet' is not one of node, cluster",
+        ),
+    ],
+)
+def test_cluster_scope_config_errors_name_the_field(fields, problem):
+    text = f"discovery:\n  kubernetes: {{enabled: true, {fields}}}\n"
+    with pytest.raises(ConfigError) as error:
+        parse_config(text, "c.yaml", environ={"NODE_NAME": "n1"})
+    (found,) = error.value.problems
+    assert found.startswith(problem)

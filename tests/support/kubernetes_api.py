@@ -17,11 +17,12 @@ def pod(
     ports: tuple[int, ...] = (),
     phase: str = "Running",
     ip: str | None = "10.4.2.17",
+    node: str = NODE,
 ) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
         "spec": {
-            "nodeName": NODE,
+            "nodeName": node,
             "containers": [{"name": "engine", "ports": [{"containerPort": p, "protocol": "TCP"} for p in ports]}],
         },
         "status": {"phase": phase, **({"podIP": ip} if ip else {})},
@@ -33,7 +34,9 @@ def pod_list(*pods: dict[str, Any]) -> dict[str, Any]:
 
 
 class FakeApiServer:
-    """Answers GET /api/v1/pods and /api/v1/namespaces/{ns}/pods with `self.pods`, or with `self.status`."""
+    """Answers GET /api/v1/pods and /api/v1/namespaces/{ns}/pods with `self.pods`, or with `self.status`. Like the
+    API server it keeps to the pods of `fieldSelector=spec.nodeName=...` and pages by `limit` and `continue` (the
+    token here is the offset of the next page)."""
 
     def __init__(self) -> None:
         self.pods: dict[str, Any] = pod_list()
@@ -45,7 +48,18 @@ class FakeApiServer:
             self.requests.append((request.path, dict(request.query), request.headers.get("Authorization")))
             if self.status != 200:
                 return web.json_response({"kind": "Status", "code": self.status}, status=self.status)
-            return web.json_response(self.pods)
+            items = self.pods["items"]
+            field = request.query.get("fieldSelector")
+            if field is not None:
+                key, _, node = field.partition("=")
+                assert key == "spec.nodeName", field  # the only field selector discovery sends
+                items = [p for p in items if p["spec"]["nodeName"] == node]
+            start = int(request.query.get("continue", "0"))
+            limit = int(request.query.get("limit", "0")) or len(items)
+            page = {**self.pods, "items": items[start : start + limit]}
+            if start + limit < len(items):
+                page["metadata"] = {**self.pods["metadata"], "continue": str(start + limit)}
+            return web.json_response(page)
 
         app = web.Application()
         app.router.add_get("/api/v1/pods", pods)

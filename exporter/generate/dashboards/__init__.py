@@ -24,9 +24,10 @@ over-provisioning ticket and the cost records compute. Those records are per mod
 applies to them.
 
 Every query filters on the dashboard variables with regex matchers (`instance=~"$node"`, `target=~"$target"`,
-`model=~"$model"`; "All" is `.*`) and rates over `$__rate_interval`. `queries(config)` lists every panel's
-expressions as written in the dashboards; `render(expr)` substitutes the variables (all `.*`, `$__rate_interval`
-as `5m`) so an expression can run against a plain Prometheus.
+`model=~"$model"`; "All" is `.*`) and rates over `$__rate_interval`, but for the scale-up lag, rare enough to be
+counted over the whole time range (`$__range`). `queries(config)` lists every panel's expressions as written in
+the dashboards; `render(expr)` substitutes the variables (all `.*`, `$__rate_interval` as `5m`, `$__range` as
+`6h`) so an expression can run against a plain Prometheus.
 
 grafanalib 0.7.1 writes Grafana 6-era JSON for some panels (bar gauge options under `fieldOptions`, gauge reduce
 options under `fieldConfig`, table mappings outside `fieldConfig`) and legacy query fields; the small subclasses

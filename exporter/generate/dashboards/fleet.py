@@ -4,7 +4,8 @@ section or prices) the replicas needed and what the replicas cost.
 
 The "Replicas and cost" row reads the replica and cost recording rules by name, so it shows exactly what the
 scalers, the over-provisioning ticket and the cost records compute. Those records are per model: only the Model
-variable applies to them.
+variable applies to them. Its scale-up panels read the daemon's own lag series, which only a daemon that polls every
+replica measures for the fleet (deploy/kubernetes/fleet).
 """
 
 from grafanalib import core as g
@@ -68,7 +69,7 @@ def fleet(config: Config) -> g.Dashboard:
                 ("Headroom", _headroom_row(config)),
                 ("Saturation", _saturation_row(config)),
                 ("SLOs and capacity model", [*slos, _drift_panel(config, wide=not slos)]),
-                ("Replicas and cost", [*_replica_panels(config), *_cost_panels(config)]),
+                ("Replicas and cost", [*_replica_panels(config), *_scale_up_panels(config), *_cost_panels(config)]),
             ]
         ),
         config.alerting.runbook_url,
@@ -340,6 +341,56 @@ def _replica_panels(config: Config) -> list[Cell]:
                     ),
                 ],
                 "short",
+                minimum=0,
+            ),
+            12,
+            8,
+        ),
+    ]
+
+
+def _scale_up_panels(config: Config) -> list[Cell]:
+    """The measured scale-up lag per model, to hold against the start-up `plimsoll autoscale replay` assumes, and how
+    long a crossing has waited for a replica: only for workloads with a knee, as the daemon measures only those."""
+    autoscaling = config.autoscaling
+    if autoscaling is None or all(w.knee_concurrency is None for w in autoscaling.workloads):
+        return []
+    buckets = f"sum by (le, model) (increase(plimsoll_scale_up_lag_seconds_bucket{{{NODE}, {MODEL}}}[$__range]))"
+    startups = ", ".join(
+        f"{w.model} {seconds_text(w.startup_seconds)}" for w in autoscaling.workloads if w.knee_concurrency is not None
+    )
+    source = (
+        "A DaemonSet's daemon sees its own node's replicas only: the fleet's lag comes from the one daemon that "
+        "polls every replica (deploy/kubernetes/fleet, discovery.kubernetes.scope: cluster)."
+    )
+    return [
+        (
+            bargauge(
+                "Scale-up lag per model (over the time range)",
+                "Per model, the median and 90th percentile of the lags measured in the dashboard's time range: from "
+                "demand (requests running + waiting) crossing the ready replicas' capacity (x knee_concurrency) to "
+                "one more replica ready. Hold it against the start-up autoscale replay assumes "
+                f"({startups}) plus the scaler's sync and the metric pipeline; no value where no lag was measured "
+                f"in the range. {source}",
+                [
+                    (f"histogram_quantile(0.5, {buckets})", "{{model}} median"),
+                    (f"histogram_quantile(0.9, {buckets})", "{{model}} p90"),
+                ],
+                "s",
+                steps(("blue", None)),
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Scale-up pending per model",
+                "Per model, how long demand has been over the ready replicas' capacity with no replica added yet "
+                "(plimsoll_scale_up_pending_seconds; 0 when none waits): each ramp ends in a lag, or falls to 0 "
+                "where demand fell back first. A ramp that keeps climbing at max_replicas is no lag: no replica is "
+                f"coming. {source}",
+                [(f"max by (model) (plimsoll_scale_up_pending_seconds{{{NODE}, {MODEL}}})", "{{model}}")],
+                "s",
                 minimum=0,
             ),
             12,

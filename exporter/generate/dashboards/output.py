@@ -15,8 +15,15 @@ from exporter.generate.dashboards.capacity_plan import capacity_plan
 from exporter.generate.dashboards.fleet import fleet
 from exporter.generate.dashboards.instance import instance
 
-# What `render` puts in place of each dashboard variable: every value, and a rate window Prometheus accepts.
-RENDER_DEFAULTS: Mapping[str, str] = {"node": ".*", "model": ".*", "target": ".*", "__rate_interval": "5m"}
+# What `render` puts in place of each dashboard variable: every value, a rate window Prometheus accepts, and the
+# dashboards' default time range.
+RENDER_DEFAULTS: Mapping[str, str] = {
+    "node": ".*",
+    "model": ".*",
+    "target": ".*",
+    "__rate_interval": "5m",
+    "__range": "6h",
+}
 
 DASHBOARDS = (
     ("dashboards/plimsoll-fleet.json", fleet),
@@ -55,7 +62,7 @@ def queries(config: Config) -> list[tuple[str, str, str]]:
 
 def render(expr: str, variables: Mapping[str, str] | None = None) -> str:
     """Substitute dashboard variables as Grafana would: `$model` etc. by `RENDER_DEFAULTS` (every value: `.*`, the
-    regex Grafana sends for "All"), `$__rate_interval` by 5m; `variables` overrides any of them."""
+    regex Grafana sends for "All"), `$__rate_interval` by 5m, `$__range` by 6h; `variables` overrides any of them."""
     values = {**RENDER_DEFAULTS, **(variables or {})}
 
     def value(match: re.Match[str]) -> str:
