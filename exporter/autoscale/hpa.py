@@ -8,9 +8,11 @@ policy's period; min and max replicas bound the result. Pure: the controller's m
 in and returned.
 """
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from exporter.scaling import Behavior, Rules
 
@@ -56,7 +58,7 @@ class ScaleEvent:
 class History:
     """What the controller remembers of one HPA between syncs."""
 
-    recommendations: tuple[tuple[float, int], ...]  # (time, the largest proposal then, before any bound)
+    recommendations: tuple[tuple[float, int], ...]  # (time, the largest proposal then, before any bound), by time
     scale_up: tuple[ScaleEvent, ...] = ()
     scale_down: tuple[ScaleEvent, ...] = ()
 
@@ -137,13 +139,23 @@ def scale_down_limit(rules: Rules, history: History, now: float, current: int) -
     return min(limits) if rules.select_policy == "Max" else max(limits)
 
 
+_TIME = itemgetter(0)
+
+
+def _since(recommendations: tuple[tuple[float, int], ...], cutoff: float) -> tuple[tuple[float, int], ...]:
+    """The recommendations after `cutoff`: a bisection and a slice, since a replay reads a window of up to an
+    hour of them at every sync, in every one of the tuner's candidates."""
+    return recommendations[bisect.bisect_right(recommendations, cutoff, key=_TIME) :]
+
+
 def stabilize(behavior: Behavior, history: History, now: float, current: int, desired: int) -> int:
     """`desired` held between the lowest recommendation of the scale-up window and the highest of the scale-down
     window (both including `desired` itself), starting from `current`."""
-    up_cutoff = now - behavior.scale_up.stabilization_window_seconds
-    down_cutoff = now - behavior.scale_down.stabilization_window_seconds
-    lowest = min([desired, *(replicas for time, replicas in history.recommendations if time > up_cutoff)])
-    highest = max([desired, *(replicas for time, replicas in history.recommendations if time > down_cutoff)])
+    recommendations = history.recommendations
+    up = _since(recommendations, now - behavior.scale_up.stabilization_window_seconds)
+    down = _since(recommendations, now - behavior.scale_down.stabilization_window_seconds)
+    lowest = min([desired, *(replicas for _, replicas in up)])
+    highest = max([desired, *(replicas for _, replicas in down)])
     return min(max(current, lowest), highest)
 
 
@@ -151,9 +163,11 @@ def _remember(behavior: Behavior, history: History, now: float, desired: int, cu
     """The history after this sync: its recommendation added, and what no window or period can read any more
     dropped."""
     window = max(behavior.scale_up.stabilization_window_seconds, behavior.scale_down.stabilization_window_seconds)
-    recommendations = (*((time, r) for time, r in history.recommendations if time > now - window), (now, desired))
+    recommendations = (*_since(history.recommendations, now - window), (now, desired))
 
     def kept(events: tuple[ScaleEvent, ...], rules: Rules, change: int) -> tuple[ScaleEvent, ...]:
+        if not events and change <= 0:  # the usual sync: nothing to keep, nothing to add
+            return ()
         longest = max((policy.period_seconds for policy in rules.policies), default=0)
         recent = tuple(event for event in events if event.time > now - longest)
         return (*recent, ScaleEvent(now, change)) if change > 0 else recent
@@ -193,16 +207,24 @@ def decide(
     readings: Sequence[Reading],
 ) -> tuple[Decision, History]:
     """One sync: the replicas the HPA sets from `current` (`ready` of them ready) given the metrics' readings, and
-    the history the next sync reads. `bounds` is (min replicas, max replicas); `current` lies within them."""
+    the history the next sync reads. `bounds` is (min replicas, max replicas); `current` lies within them; `now` is
+    no earlier than the syncs `history` remembers."""
     proposals = [propose(reading, current, ready) for reading in readings]
     winner = max(proposals, key=lambda proposal: proposal.replicas)  # the first of equals, as the controller keeps
-    stabilized = stabilize(behavior, history, now, current, winner.replicas)
-    replicas, bound = _bounded(behavior, history, now, current, stabilized, bounds)
-    if replicas == stabilized:  # no bound bit: the window, the tolerance or the metric itself decided
-        if stabilized != winner.replicas:
+    if winner.replicas == current:
+        # Kept as it is, without the work of asking: the windows hold `current` (their lowest recommendation with it
+        # is at most it, their highest at least), and no policy nor min or max acts on no change. Most syncs of a
+        # replay are this one.
+        stabilized, replicas = current, current
+        bound = WITHIN_TOLERANCE if winner.within_tolerance else METRIC
+    else:
+        stabilized = stabilize(behavior, history, now, current, winner.replicas)
+        replicas, bound = _bounded(behavior, history, now, current, stabilized, bounds)
+        # No bound bit: a window or the metric itself decided (a proposal within the tolerance is `current`).
+        if replicas == stabilized and stabilized != winner.replicas:
             bound = SCALE_UP_STABILIZED if winner.replicas > current else SCALE_DOWN_STABILIZED
-        else:
-            bound = WITHIN_TOLERANCE if winner.within_tolerance else METRIC
+        elif replicas == stabilized:
+            bound = METRIC
     decision = Decision(
         now,
         current,

@@ -10,7 +10,9 @@ same on a quiet trace and a busy one, and counts a long small shortfall and a sh
 
 The grid is small and bounded: margins 0.50 to 1.00 in steps of 0.05 (and the config's own), windows from the
 config's down to the longest start-up of its workloads (the shortest the config accepts) in at most
-`WINDOW_STEPS` steps; every candidate replays every workload: at most 12 x 4 replays per workload.
+`WINDOW_STEPS` steps; every candidate replays every workload: at most 12 x 4 replays per workload. Each trace is read
+once for all of them (`replay.Syncs`: its peak demand once per window), the answer the same as replaying each
+candidate from its raw trace (tests/autoscale/test_tune.py holds it to that).
 """
 
 import dataclasses
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.autoscale.demand import DemandPoint
-from exporter.autoscale.replay import replay
+from exporter.autoscale.replay import Syncs, replay_syncs
 from exporter.config import AutoscalingConfig, ScaledWorkload
 from exporter.scaling import scaler_spec
 
@@ -99,10 +101,20 @@ def windows(current_seconds: float, shortest_seconds: float) -> tuple[float, ...
     return (current_seconds, *sorted(inside, reverse=True), shortest_seconds)
 
 
+@dataclass(frozen=True)
+class _Replayed:
+    """One workload's trace, read once for every candidate."""
+
+    workload: ScaledWorkload
+    syncs: Syncs
+    knee_concurrency: int
+    demand_request_seconds: float
+
+
 def _outcome(
     autoscaling: AutoscalingConfig,
     knobs: Knobs,
-    workloads: Sequence[tuple[ScaledWorkload, Sequence[DemandPoint], int]],
+    workloads: Sequence[_Replayed],
     saturation_queue: float | None,
     budget: float,
 ) -> Outcome:
@@ -110,10 +122,10 @@ def _outcome(
     hours: list[float] = []
     overflow: list[float] = []
     shares: list[float] = []
-    for workload, trace, knee in workloads:
+    for replayed in workloads:
+        workload, demand = replayed.workload, replayed.demand_request_seconds
         spec = scaler_spec(tuned, workload, saturation_queue)
-        figures = replay(trace, spec, workload.startup_seconds, knee).run.figures
-        demand = demand_request_seconds(trace)
+        figures = replay_syncs(replayed.syncs, spec, workload.startup_seconds, replayed.knee_concurrency).run.figures
         hours.append(figures.replica_hours)
         overflow.append(figures.overflow_request_seconds)
         # No demand at all: nothing could overflow, and no share of nothing is over budget.
@@ -135,7 +147,10 @@ def tune(
     candidates = [
         Knobs(margin, window) for window in windows(current.demand_window_seconds, shortest) for margin in margins
     ]
-    outcomes = [_outcome(autoscaling, knobs, workloads, saturation_queue, budget) for knobs in candidates]
+    read = [
+        _Replayed(workload, Syncs(trace), knee, demand_request_seconds(trace)) for workload, trace, knee in workloads
+    ]
+    outcomes = [_outcome(autoscaling, knobs, read, saturation_queue, budget) for knobs in candidates]
     within = [outcome for outcome in outcomes if outcome.meets_budget]
     # Ties go to the config's own knobs: no change where a change buys nothing.
     chosen = min(within, key=lambda o: (o.total_replica_hours, o.worst_share, o.knobs != current), default=None)

@@ -3,18 +3,22 @@ shorter window) is cheaper and stays within the budget, which a plain replay of 
 on a burst faster than a start-up no candidate meets a tight budget; the printed YAML loads as config; bad budgets
 are refused in one line with exit 2."""
 
+import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from exporter.autoscale.demand import parse_demand
-from exporter.autoscale.tune import MARGINS, tune, windows
+from exporter.autoscale.demand import DemandPoint, parse_demand
+from exporter.autoscale.replay import replay
+from exporter.autoscale.tune import MARGINS, Knobs, Outcome, demand_request_seconds, tune, windows
 from exporter.cli import main
-from exporter.config import load_config
+from exporter.config import AutoscalingConfig, ScaledWorkload, load_config
+from exporter.scaling import scaler_spec
 
 KNEE = 10
 STARTUP = 120
@@ -196,3 +200,61 @@ def test_one_margin_and_window_must_hold_every_workload(tmp_path: Path) -> None:
     assert alone.chosen is not None and alone.replays == 44
     assert both.chosen is None and both.replays == 88
     assert both.lowest_overflow.overflow_shares[0] <= 0.005 < both.lowest_overflow.overflow_shares[1]
+
+
+def _straightforward(
+    autoscaling: AutoscalingConfig,
+    workloads: Sequence[tuple[ScaledWorkload, Sequence[DemandPoint], int]],
+    budget: float,
+) -> list[Outcome]:
+    """Every candidate as a person would try it: the knobs pasted into the config, each workload replayed from its
+    raw trace with `replay`, nothing shared between candidates."""
+    shortest = max(workload.startup_seconds for workload in autoscaling.workloads)
+    outcomes = []
+    for window in windows(autoscaling.demand_window_seconds, shortest):
+        for margin in sorted({*MARGINS, autoscaling.margin}, reverse=True):
+            pasted = dataclasses.replace(autoscaling, margin=margin, demand_window_seconds=window)
+            runs = [
+                replay(trace, scaler_spec(pasted, workload, None), workload.startup_seconds, knee).run.figures
+                for workload, trace, knee in workloads
+            ]
+            shares = tuple(
+                figures.overflow_request_seconds / demand_request_seconds(trace)
+                for figures, (_, trace, _) in zip(runs, workloads, strict=True)
+            )
+            outcomes.append(
+                Outcome(
+                    Knobs(margin, window),
+                    tuple(figures.replica_hours for figures in runs),
+                    tuple(figures.overflow_request_seconds for figures in runs),
+                    shares,
+                    all(share <= budget for share in shares),
+                )
+            )
+    return outcomes
+
+
+@pytest.mark.parametrize("budget", [0.005, 0.001])
+def test_the_tuner_answers_as_the_straightforward_search_does(tmp_path: Path, budget: float) -> None:
+    """The tuner reads each trace once for all its candidates (docs/autoscaling.md gives its time on a week): its
+    answer, to the last bit of every figure, is the one of replaying every candidate from scratch."""
+    config = _config(tmp_path, margin="0.77", window="9m")  # off the grid: 12 margins, windows 9m, 7m, 4m, 2m
+    text = config.read_text()
+    config.write_text(text + text[text.index("    - model: llama") :].replace("llama", "qwen"))
+    autoscaling = load_config(str(config)).autoscaling
+    assert autoscaling is not None
+    llama, qwen = autoscaling.workloads
+    diurnal = parse_demand(_csv(tmp_path, _diurnal()).read_text(), "diurnal.csv")
+    hourly = _burst() * 6  # a ten-minute burst every hour, on the diurnal curve
+    bursts = parse_demand(_csv(tmp_path, [v + hourly[i] for i, v in enumerate(_diurnal())]).read_text(), "bursts.csv")
+    workloads = [(llama, diurnal, KNEE), (qwen, bursts, KNEE)]
+    outcomes = _straightforward(autoscaling, workloads, budget)
+    within = [outcome for outcome in outcomes if outcome.meets_budget]
+    current = Knobs(0.77, 540)
+    tuned = tune(autoscaling, workloads, None, budget)
+    assert tuned.replays == len(outcomes) * 2 == 96
+    assert tuned.current == next(outcome for outcome in outcomes if outcome.knobs == current)
+    assert tuned.chosen == min(
+        within, key=lambda o: (o.total_replica_hours, o.worst_share, o.knobs != current), default=None
+    )
+    assert tuned.lowest_overflow == min(outcomes, key=lambda o: (o.worst_share, o.total_replica_hours))
