@@ -67,6 +67,7 @@ class Axis:
     log2: bool = False
     minimum: float | None = None  # forced ends; else from the data and references
     maximum: float | None = None
+    whole: bool = False  # counts of things (replicas): ticks on whole numbers only
 
 
 @dataclass(frozen=True)
@@ -118,13 +119,13 @@ def line_chart(
         f'height="{height}" role="img" aria-label="{escape(title)}">',
         f'<text class="title" x="{_LEFT}" y="20">{escape(title)}</text>',
     ]
-    for tick in _ticks(y_low, y_high, log2=False):
+    for tick in _ticks(y_low, y_high, log2=False, whole=y.whole):
         ty = sy(tick)
         parts.append(f'<line class="grid" x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}"/>')
         parts.append(
             f'<text class="tick" x="{_LEFT - 6}" y="{ty + 4:.1f}" text-anchor="end">{y.format_tick(tick)}</text>'
         )
-    for tick in _ticks(x_low, x_high, log2=x.log2):
+    for tick in _ticks(x_low, x_high, log2=x.log2, whole=x.whole):
         tx = sx(tick)
         parts.append(f'<line class="axis" x1="{tx:.1f}" x2="{tx:.1f}" y1="{plot_bottom}" y2="{plot_bottom + 4}"/>')
         parts.append(
@@ -215,13 +216,16 @@ def _range(values: Sequence[float], axis: Axis) -> tuple[float, float]:
     return low, high
 
 
-def _ticks(low: float, high: float, *, log2: bool) -> list[float]:
+def _ticks(low: float, high: float, *, log2: bool, whole: bool = False) -> list[float]:
     if log2:
         first, last = math.ceil(math.log2(low)), math.floor(math.log2(high))
         return [2.0**power for power in range(first, last + 1)]
     raw = (high - low) / 5
+    if whole:
+        raw = max(raw, 1.0)
     magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    steps = (1, 2, 5, 10) if whole else (1, 2, 2.5, 5, 10)  # 2.5 apart would put ticks between whole numbers
+    step = next(m * magnitude for m in steps if m * magnitude >= raw)
     start = math.ceil(low / step) * step
     count = int((high - start) / step + 1e-9) + 1
     return [start + i * step for i in range(count)]

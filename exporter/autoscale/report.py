@@ -131,7 +131,7 @@ def _charts(workload: Mapping[str, Any]) -> tuple[list[str], bool]:
     replicas = line_chart(
         "Replicas",
         x,
-        Axis("replicas", lambda value: f"{value:g}"),
+        Axis("replicas", lambda value: f"{value:g}", whole=True),
         [
             Series("asked for (desired)", _line(desired, start, scale), _DESIRED, dots=False),
             Series("ready", _line(ready, start, scale), _READY, dashed=True, dots=False),

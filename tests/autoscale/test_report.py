@@ -4,6 +4,7 @@ config shown as text."""
 
 import itertools
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from exporter.autoscale.report import BUCKETS, REPORT_DECISIONS, REPORT_FILE, overflow, render_report, steps
+from exporter.svg import Axis, Series, line_chart
 from tests.autoscale.week import HOSTILE_MODEL, replay_a_week
 
 
@@ -114,3 +116,18 @@ def test_the_decisions_listed_are_capped_with_a_note(week: Path) -> None:
     page = render_report(document)
     assert page.count("<tr><td>+") == REPORT_DECISIONS
     assert f"{len(changes) * 3 - REPORT_DECISIONS} more are cut here" in page
+
+
+@pytest.mark.parametrize("most", [3, 11, 23, 64])
+def test_a_whole_axis_ticks_only_whole_numbers_where_a_plain_one_would_not(most: int) -> None:
+    """Replicas are whole: a fleet of up to 11 would otherwise be ticked at 2.5, 5, 7.5 (as the report once was)."""
+
+    def y_ticks(whole: bool) -> list[float]:
+        axis = Axis("replicas", lambda value: f"{value:g}", whole=whole)
+        chart = line_chart("Replicas", Axis("time", str), axis, [Series("ready", ((0.0, 1.0), (1.0, most)), "#000")])
+        return [float(t) for t in re.findall(r'text-anchor="end">([^<]+)</text>', chart)]
+
+    assert len(y_ticks(True)) >= 3
+    assert all(tick.is_integer() for tick in y_ticks(True))
+    if most == 11:
+        assert not all(tick.is_integer() for tick in y_ticks(False))
