@@ -108,6 +108,12 @@ class ModelArchitecture:
     quantization: Quantization | None = None
     vision: VisionTower | None = None
     rope_scaling: RopeScaling | None = None
+    # Gemma 4's full-attention layers have their own head_dim (global_head_dim) and, with attention_k_eq_v, their
+    # own KV heads (num_global_key_value_heads); None: the same as every other layer's.
+    full_head_dim: int | None = None
+    full_kv_heads: int | None = None
+    # Gemma 4's num_kv_shared_layers: the last layers read the KV of an earlier layer of their kind and keep none.
+    kv_shared_layers: int = 0
 
     @property
     def is_hybrid(self) -> bool:
@@ -352,6 +358,9 @@ def _moe(config: dict[str, Any], num_layers: int, source: str) -> MoE | None:
         shared = shared_experts * expert_size
     if str(config.get("model_type")) == "llama4_text":
         shared = expert_size  # every Llama 4 MoE layer adds one shared expert of the routed experts' size
+    if config.get("enable_moe_block"):
+        # Gemma 4 runs its dense MLP beside the experts in every layer, as a shared expert would be run.
+        shared = _count(config, "intermediate_size", source, most=MAX_WIDTH)
     first_dense = _optional(config, "first_k_dense_replace", source, least=0, most=MAX_LAYERS) or 0
     dense = set(range(min(first_dense, num_layers)))
     dense |= {_in_range(i, "mlp_only_layers[]", source, 0, num_layers - 1) for i in config.get("mlp_only_layers") or []}
@@ -359,7 +368,7 @@ def _moe(config: dict[str, Any], num_layers: int, source: str) -> MoE | None:
     step_keys = [k for k in ("decoder_sparse_step", "interleave_moe_layer_step") if config.get(k) is not None]
     step = _in_range(config[step_keys[0]], step_keys[0], source, 1, MAX_LAYERS) if step_keys else 1
     dense |= {i for i in range(num_layers) if (i + 1) % step != 0}
-    per_token_key = _first(config, "num_experts_per_tok", "experts_per_token", "top_k")
+    per_token_key = _first(config, "num_experts_per_tok", "experts_per_token", "top_k", "top_k_experts")
     per_token = 1 if per_token_key is None else _in_range(config[per_token_key], per_token_key, source, 1, experts)
     return MoE(
         num_experts=experts,
@@ -564,6 +573,21 @@ def _mla(body: dict[str, Any], source: str) -> MLA | None:
     )
 
 
+def _full_attention(body: dict[str, Any], heads: int, kv_heads: int, source: str) -> tuple[int | None, int | None]:
+    """(head_dim, KV heads) of Gemma 4's full-attention layers where they differ from the sliding ones, as
+    vLLM's Gemma4DecoderLayer builds them (vllm/model_executor/models/gemma4.py, vllm-project/vllm): global_head_dim,
+    and num_global_key_value_heads only where attention_k_eq_v is set (V is then a copy of K, still cached)."""
+    head_dim = _optional(body, "global_head_dim", source, most=MAX_HEADS)
+    global_kv = _optional(body, "num_global_key_value_heads", source, most=MAX_HEADS)
+    if global_kv is not None and heads % global_kv:
+        raise ModelConfigError(
+            f"{source}: num_global_key_value_heads {global_kv} does not divide num_attention_heads {heads} into "
+            f"equal groups; {_FIX}"
+        )
+    full_kv = global_kv if body.get("attention_k_eq_v") and global_kv != kv_heads else None
+    return head_dim, full_kv
+
+
 def _dtype(body: dict[str, Any], config: dict[str, Any], source: str) -> str:
     key = _first(body, "torch_dtype", "dtype")
     value = body[key] if key else config.get("torch_dtype") or "bfloat16"
@@ -600,6 +624,7 @@ def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> Mo
     heads, kv_heads, head_dim = _heads(body, hidden, source)
     max_positions = _count(body, "max_position_embeddings", source, "n_positions", "max_seq_len", most=MAX_POSITIONS)
     window = _window(body, max_positions, source)
+    full_head_dim, full_kv_heads = _full_attention(body, heads, kv_heads, source)
     return ModelArchitecture(
         name=name or str(config.get("_name_or_path") or source),
         source=source,
@@ -629,4 +654,7 @@ def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> Mo
         quantization=_quantization(body, config, source),
         vision=_vision(config, hidden, source),
         rope_scaling=_rope_scaling(body, source),
+        full_head_dim=full_head_dim if full_head_dim != head_dim else None,
+        full_kv_heads=full_kv_heads,
+        kv_shared_layers=_optional(body, "num_kv_shared_layers", source, least=0, most=layers - 1) or 0,
     )

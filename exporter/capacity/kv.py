@@ -52,40 +52,80 @@ def kv_bytes_per_token_per_layer(arch: ModelArchitecture, tp: int, dtype_bytes: 
     return 2 * kv_heads_per_gpu(arch, tp) * arch.head_dim * dtype_bytes
 
 
+def full_layer_bytes_per_token(arch: ModelArchitecture, tp: int, dtype_bytes: int) -> int:
+    """A full-attention layer's share of a token: Gemma 4's have their own head_dim and KV heads."""
+    if arch.full_head_dim is None and arch.full_kv_heads is None:
+        return kv_bytes_per_token_per_layer(arch, tp, dtype_bytes)
+    heads = max(1, (arch.full_kv_heads or arch.num_kv_heads) // tp)
+    return 2 * heads * (arch.full_head_dim or arch.head_dim) * dtype_bytes
+
+
 @dataclass(frozen=True)
 class KvLayout:
     """The KV cache of one GPU: which layers it holds and what a token costs in each."""
 
-    bytes_per_token_per_layer: int
+    bytes_per_token_per_layer: int  # a sliding layer's, and every layer's unless full_layer_bytes says otherwise
     full_layers: int
     sliding_layers: int
     sliding_window: int | None
+    full_layer_bytes: int | None = None  # a full-attention layer's where it differs (Gemma 4)
 
     @property
     def layers(self) -> int:
         return self.full_layers + self.sliding_layers
 
     @property
+    def full_bytes_per_token_per_layer(self) -> int:
+        return self.bytes_per_token_per_layer if self.full_layer_bytes is None else self.full_layer_bytes
+
+    @property
     def bytes_per_token(self) -> int:
         """Every layer's share of one token: what a token costs while the context is inside the window."""
-        return self.bytes_per_token_per_layer * self.layers
+        return self.bytes_per_token_per_layer * self.sliding_layers + self.full_bytes_per_token_per_layer * (
+            self.full_layers
+        )
 
     @property
     def is_hybrid(self) -> bool:
         return self.full_layers > 0 and self.sliding_layers > 0
 
+    @property
+    def page_bytes_per_token(self) -> int:
+        """A block's bytes per token slot in one layer: the larger of the two kinds' shares. vLLM gives both kinds
+        one page size (unify_kv_cache_spec_page_size in vllm/v1/core/kv_cache_utils.py) by multiplying the block
+        size of the kind whose page is smaller."""
+        kinds = [
+            b
+            for b, n in (
+                (self.bytes_per_token_per_layer, self.sliding_layers),
+                (self.full_bytes_per_token_per_layer, self.full_layers),
+            )
+            if n
+        ]
+        return max(kinds or [self.bytes_per_token_per_layer])
+
+    def tokens_per_block(self, block_size: int, kind: str) -> int:
+        """Tokens a block of `kind` (FULL or SLIDING) holds once the page sizes are unified."""
+        own = self.full_bytes_per_token_per_layer if kind == FULL else self.bytes_per_token_per_layer
+        return block_size * (self.page_bytes_per_token // own)
+
 
 def kv_layout(
     arch: ModelArchitecture, tp: int = 1, stage: PipelineStage | None = None, dtype_bytes: int = 2
 ) -> KvLayout:
-    """The KV cache of one GPU of a pipeline stage (None: the whole model)."""
+    """The KV cache of one GPU of a pipeline stage (None: the whole model). Layers that share an earlier layer's
+    KV (Gemma 4's num_kv_shared_layers) keep no cache of their own."""
     first, layers = (0, arch.num_layers) if stage is None else (stage.first_layer, stage.layers)
-    types = arch.layer_types[first : first + layers]
+    own_cache = arch.num_layers - arch.kv_shared_layers
+    types = arch.layer_types[first : min(first + layers, own_cache)]
+    full = full_layer_bytes_per_token(arch, tp, dtype_bytes)
+    sliding = kv_bytes_per_token_per_layer(arch, tp, dtype_bytes)
     return KvLayout(
-        bytes_per_token_per_layer=kv_bytes_per_token_per_layer(arch, tp, dtype_bytes),
+        bytes_per_token_per_layer=sliding,
         full_layers=types.count(FULL),
         sliding_layers=types.count(SLIDING),
         sliding_window=arch.sliding_window,
+        full_layer_bytes=full if full != sliding else None,
     )
 
 
@@ -122,10 +162,12 @@ def _blocks_per_layer_group(layout: KvLayout) -> int:
 
 def blocks_per_request(layout: KvLayout, context: int, block_size: int, max_num_batched_tokens: int) -> int:
     """Pool blocks one request of `context` tokens holds at its longest."""
-    full = math.ceil(context / block_size)
+    full = math.ceil(context / layout.tokens_per_block(block_size, FULL))
     if layout.sliding_window is None or layout.sliding_layers == 0:
         return full
-    window = _sliding_blocks(layout.sliding_window, context, max_num_batched_tokens, block_size)
+    window = _sliding_blocks(
+        layout.sliding_window, context, max_num_batched_tokens, layout.tokens_per_block(block_size, SLIDING)
+    )
     if not layout.is_hybrid:
         return window
     group = _blocks_per_layer_group(layout)
@@ -154,7 +196,7 @@ def kv_pool(
     instead of concurrency x max_model_len; the daemon compares with whichever the engine prints."""
     if layout.layers == 0:
         raise ValueError("a KV layout with no layers holds no tokens")
-    block_bytes = block_size * layout.bytes_per_token_per_layer * _blocks_per_layer_group(layout)
+    block_bytes = block_size * layout.page_bytes_per_token * _blocks_per_layer_group(layout)
     num_blocks = max(0, pool_bytes) // block_bytes
     per_request = blocks_per_request(layout, max_model_len, block_size, max_num_batched_tokens)
     concurrency = num_blocks / per_request

@@ -205,6 +205,9 @@ def evaluate(arch: ModelArchitecture, gpu: GpuSpec, deployment: Deployment) -> C
     what its tightest stage holds, so that stage's breakdown is the answer (one that does not fit first)."""
     d = resolve(deployment, arch, gpu)
     stages = dict.fromkeys(pipeline_stages(arch.num_layers, d.pipeline_parallel, d.pp_layer_partition))
+    # A stage made only of layers that read an earlier layer's KV (Gemma 4's num_kv_shared_layers) has no pool to
+    # constrain; the first stage always holds a layer with its own cache.
+    stages = dict.fromkeys(s for s in stages if kv_layout(arch, 1, s).layers)
     return min((_evaluate_stage(arch, gpu, d, stage) for stage in stages), key=lambda p: (p.fits, p.pool.tokens))
 
 

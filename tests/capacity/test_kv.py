@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.capacity.architecture import FULL, ModelConfigError, from_hf_config
 from exporter.capacity.deployment import Deployment, pipeline_stages
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import kv_layout, kv_pool
@@ -146,3 +147,94 @@ def test_model_matches_real_vllm_cpu_allocation_of_a_1gib_pool(engine_page):
     assert result.pool.num_blocks == int(labels["num_gpu_blocks"]) == 16384
     assert result.pool.tokens == int(labels["kv_cache_size_tokens"]) == 2097152
     assert result.pool.max_concurrency == float(labels["kv_cache_max_concurrency"])
+
+
+# The text model of google/gemma-4-26B-A4B. No verbatim config.json of the checkpoint was found, so this is a test
+# fixture, not a preset: the shapes are copied from a config trimmed from mlx-community/gemma-4-26b-a4b-it-4bit at
+# revision 0d77464e ("keys the loader reads are verbatim", a GitHub test quoting it: search index file id 67123327629);
+# the 30-layer pattern (five sliding layers, then one full, five times), num_kv_shared_layers 0 and
+# max_position_embeddings 262144 from the text_config of the NVFP4 checkpoint a GitHub test quotes (file id 70302083267)
+# and the full layer list in file id 58004776520.
+GEMMA4_26B_A4B_TEXT = {
+    "model_type": "gemma4_text",
+    "hidden_size": 2816,
+    "intermediate_size": 2112,
+    "moe_intermediate_size": 704,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "num_global_key_value_heads": 2,
+    "head_dim": 256,
+    "global_head_dim": 512,
+    "vocab_size": 262144,
+    "sliding_window": 1024,
+    "num_hidden_layers": 30,
+    "num_experts": 128,
+    "top_k_experts": 8,
+    "tie_word_embeddings": True,
+    "attention_k_eq_v": True,
+    "enable_moe_block": True,
+    "max_position_embeddings": 262144,
+    "num_kv_shared_layers": 0,
+    "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5,
+}
+
+
+def _gemma4(**text: object):
+    config = {"model_type": "gemma4", "text_config": {**GEMMA4_26B_A4B_TEXT, **text}}
+    return from_hf_config(config, "gemma-4/config.json")
+
+
+def test_gemma4_full_attention_layers_read_their_own_head_dim_and_kv_heads():
+    arch = _gemma4()
+    assert (arch.head_dim, arch.num_kv_heads) == (256, 8)
+    assert (arch.full_head_dim, arch.full_kv_heads) == (512, 2)
+    layout = kv_layout(arch)
+    assert (layout.sliding_layers, layout.full_layers) == (25, 5)
+    assert layout.bytes_per_token == 25 * (2 * 8 * 256 * 2) + 5 * (2 * 2 * 512 * 2)
+
+
+def test_gemma4_global_kv_heads_apply_only_with_k_eq_v():
+    """vLLM's Gemma4DecoderLayer takes num_global_key_value_heads only where attention_k_eq_v is set."""
+    arch = _gemma4(attention_k_eq_v=False)
+    assert arch.full_kv_heads is None
+    assert kv_layout(arch).full_bytes_per_token_per_layer == 2 * 8 * 512 * 2
+
+
+def test_gemma4_moe_runs_the_dense_mlp_beside_top_k_experts_in_every_layer():
+    moe = _gemma4().moe
+    assert moe is not None
+    assert (moe.num_experts, moe.experts_per_token, moe.expert_intermediate_size) == (128, 8, 704)
+    assert (moe.shared_intermediate_size, moe.dense_layers) == (2112, frozenset())
+
+
+def test_gemma4_kv_shared_layers_keep_no_cache_of_their_own():
+    arch = _gemma4(num_kv_shared_layers=12)  # the last two groups of six read earlier layers' KV
+    layout = kv_layout(arch)
+    assert (layout.sliding_layers, layout.full_layers) == (15, 3)
+
+
+def test_gemma4_global_kv_heads_must_divide_the_query_heads():
+    with pytest.raises(ModelConfigError, match="num_global_key_value_heads 3 does not divide"):
+        _gemma4(num_global_key_value_heads=3)
+
+
+def test_gemma4_pool_unifies_page_sizes_as_vllm_does_and_matches_a_real_allocation():
+    """vLLM 0.29.0 on an L40S, RedHatAI/gemma-4-26B-A4B-it-FP8-dynamic, fp8 KV, block 16, max_model_len 4096,
+    16,384 batched tokens: "Available KV cache memory: 13.29 GiB", "GPU KV cache size: 126,210 tokens"
+    (akamaslabs/vllm-benchmark, studies/30-l40s-gemma4-26b-tps/probe/results/E-memory.log at 026d8a5).
+
+    A sliding layer's token costs 2 x 8 x 256 B in fp8, a full layer's 2 x 2 x 512 B: half. vLLM unifies the page
+    sizes by doubling the full layers' block to 32 tokens, so a 4096-token request needs 128 blocks in the full group
+    and ceil(min(1023 + 16384, 4096) / 16) + 1 = 257 in each of the five sliding groups (groups of five layers)."""
+    layout = kv_layout(_gemma4(), dtype_bytes=1)
+    assert layout.tokens_per_block(16, FULL) == 32
+    pool = kv_pool(layout, round(13.29 * GIB), block_size=16, max_model_len=4096, max_num_batched_tokens=16384)
+    assert pool.block_bytes == 16 * 4096 * 5
+    assert pool.blocks_per_request == 128 + 5 * 257
+    assert pool.tokens == pytest.approx(126_210, rel=0.0005)
+
+
+def test_a_pipeline_stage_of_kv_shared_layers_alone_holds_no_pool():
+    arch = _gemma4(num_kv_shared_layers=18)  # layers 12-29 read earlier layers' KV: PP 2's second stage keeps none
+    result = plan(arch, GpuSpec("H100", 80 * GIB), Deployment(pipeline_parallel=2, max_model_len=4096))
+    assert result.layout.layers == 12
