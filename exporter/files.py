@@ -25,6 +25,19 @@ def read_regular_file(path: str | Path, limit: int) -> bytes:
         return handle.read(limit + 1)
 
 
+def read_capped(path: str, limit: int, name: str, too_large: str) -> bytes:
+    """The bytes of the file that `name` (a flag or a field) gives as `path`: a ValueError naming both where it
+    cannot be read, or where it holds more than `limit` bytes (`too_large` says what that means or what to do)."""
+    try:
+        data = read_regular_file(path, limit)
+    except OSError as error:
+        raise ValueError(f"{name} {path}: cannot read it ({error.strerror})") from None
+    if len(data) > limit:
+        size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
+        raise ValueError(f"{name} {path}: over {size}; {too_large}")
+    return data
+
+
 def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
     """Write `text` to a temporary file beside `path`, flush it to disk, then rename it over `path`.
 

@@ -25,7 +25,7 @@ from exporter.cli_args import EXIT_OK, Formatter, Subcommands, duration_arg, env
 from exporter.config import AutoscalingConfig, Config, ScaledWorkload, load_config
 from exporter.cost import gpu_hour_price
 from exporter.display import shown
-from exporter.files import read_regular_file
+from exporter.files import read_capped
 from exporter.scaling import scaler_spec
 
 # Logs and pipes get whole lines: rich would wrap the table at 80 columns where it cannot ask a terminal.
@@ -168,12 +168,7 @@ def _knee(workload: ScaledWorkload) -> int:
 
 
 def _read_demand(path: str) -> tuple[DemandPoint, ...]:
-    try:
-        data = read_regular_file(path, MAX_DEMAND_BYTES)
-    except OSError as error:
-        raise ValueError(f"--demand {path}: cannot read it ({error.strerror})") from None
-    if len(data) > MAX_DEMAND_BYTES:
-        raise DemandError(f"{path}: over {MAX_DEMAND_BYTES >> 20} MiB; replay a shorter span or a coarser step")
+    data = read_capped(path, MAX_DEMAND_BYTES, "--demand", "replay a shorter span or a coarser step")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:

@@ -45,7 +45,7 @@ from yarl import URL
 from exporter.autoscale.demand import MAX_DEMAND_ROWS, DemandError, DemandPoint
 from exporter.config import redact_url, validate_url
 from exporter.core.units import duration
-from exporter.files import read_regular_file
+from exporter.files import read_capped
 from exporter.scaling import DEMAND_RECORD, promql_string
 from exporter.sources.http import TLS_FAILED, fetch
 
@@ -105,12 +105,7 @@ def prometheus_url(text: str) -> str:
 def _read_secret(path: str, flag: str) -> str:
     """The token or password in the file `flag` names, surrounding whitespace stripped; an error names the file,
     never its content."""
-    try:
-        data = read_regular_file(path, MAX_SECRET_BYTES)
-    except OSError as error:
-        raise DemandError(f"{flag} {path}: cannot read it ({error.strerror})") from None
-    if len(data) > MAX_SECRET_BYTES:
-        raise DemandError(f"{flag} {path}: over {MAX_SECRET_BYTES >> 10} KiB, so not a token or a password")
+    data = read_capped(path, MAX_SECRET_BYTES, flag, "not a token or a password")
     try:
         secret = data.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -145,12 +140,7 @@ def _authorization(bearer_token_file: str | None, basic_auth_user: str | None, p
 def _tls(ca_file: str | None) -> ssl.SSLContext | None:
     if ca_file is None:
         return None
-    try:
-        data = read_regular_file(ca_file, MAX_CA_BYTES)
-    except OSError as error:
-        raise DemandError(f"--prometheus-ca-file {ca_file}: cannot read it ({error.strerror})") from None
-    if len(data) > MAX_CA_BYTES:
-        raise DemandError(f"--prometheus-ca-file {ca_file}: over {MAX_CA_BYTES >> 20} MiB, so not a CA bundle")
+    data = read_capped(ca_file, MAX_CA_BYTES, "--prometheus-ca-file", "not a CA bundle")
     try:
         return ssl.create_default_context(cadata=data.decode("ascii"))
     except (UnicodeDecodeError, ssl.SSLError):
