@@ -38,7 +38,7 @@ LOGITS_FP32_COPIES = 3.75
 # normed input and the block's output live beside the MLP's intermediates (fc1 and its activation; gate, up and
 # their product in a SwiGLU tower), and the dummy pixels stay alive throughout, twice: the processor's float32
 # batch and the model-dtype copy (`activation.encoder_pass_bytes` cites the vLLM code). The copies are counted as
-# the text model's are; the one check is the Qwen2.5-VL-7B L4 log of issue 18 (tests/capacity/test_multimodal.py).
+# the text model's are; the one check is the Qwen2.5-VL-7B L4 log in bench/data (tests/capacity/test_multimodal.py).
 ENCODER_HIDDEN_COPIES = 3
 # Bytes a pixel value takes as the image processor hands it to vLLM: float32, whatever the model's dtype.
 PROCESSOR_PIXEL_BYTES = 4

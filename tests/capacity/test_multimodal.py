@@ -180,7 +180,7 @@ def test_the_language_model_may_be_nested_as_llm_config():
 
 
 def test_the_encoder_budget_is_the_largest_image_when_it_exceeds_the_batched_tokens():
-    # Qwen2.5-VL's largest image is 16,384 tokens: issue 18's L4 log at max-model-len 2048 defaulted the encoder
+    # Qwen2.5-VL's largest image is 16,384 tokens: the L4 log in bench/data at max-model-len 2048 defaulted the encoder
     # cache budget to 16,384 and profiled one image.
     profile = encoder_profile(load_model("qwen2.5-vl-7b"), Deployment(), 2048, 2048, 256)
     assert profile is not None
@@ -220,7 +220,7 @@ def test_a_text_model_has_no_encoder_pass():
     assert encoder_profile(load_model("qwen2.5-7b"), Deployment(), 2048, 2048, 256) is None
 
 
-L4_LOG_TOKENS = 33_824  # issue 18: Qwen2.5-VL-7B on an L4, max-model-len 2048, weights 15.63 GiB
+L4_LOG_TOKENS = 33_824  # bench/data's tsailiming log: Qwen2.5-VL-7B on an L4, max-model-len 2048, weights 15.63 GiB
 L4_LOG_WEIGHTS = 15.63 * GIB
 # The log's vLLM budgets 0.9 of the GPU and keeps CUDA graphs outside it, as vLLM before 0.21 did.
 L4_LOG_DEPLOYMENT = Deployment(max_model_len=2048, vllm_version=(0, 10))
