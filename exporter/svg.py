@@ -34,6 +34,7 @@ svg .label { font-size: 12px; fill: #1b1b1b; }
 svg .grid { stroke: #e5e7eb; stroke-width: 1; }
 svg .axis { stroke: #888; stroke-width: 1; }
 svg .series { fill: none; stroke-width: 2; }
+svg .series.thin { stroke-width: 1.25; }
 svg .reference { stroke-width: 1.5; stroke-dasharray: 3 3; }
 div.table { overflow-x: auto; }
 table { border-collapse: collapse; background: #fff; width: 100%; font-variant-numeric: tabular-nums; }
@@ -49,6 +50,7 @@ class Series:
     color: str
     dashed: bool = False
     dots: bool = True  # a marker on each point of a sparse line; off for a step line's corners
+    thin: bool = False  # a line to compare against (a baseline), drawn lighter than the ones it is compared with
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,8 @@ def line_chart(
             continue
         dash = ' stroke-dasharray="6 4"' if s.dashed else ""
         path = " ".join(f"{sx(px):.1f},{sy(py):.1f}" for px, py in s.points)
-        parts.append(f'<polyline class="series" points="{path}" stroke="{s.color}"{dash}/>')
+        kind = "series thin" if s.thin else "series"
+        parts.append(f'<polyline class="{kind}" points="{path}" stroke="{s.color}"{dash}/>')
         if s.dots and len(s.points) <= 16:  # markers on sparse lines only: a time series would be a smear of dots
             parts.extend(f'<circle cx="{sx(px):.1f}" cy="{sy(py):.1f}" r="3" fill="{s.color}"/>' for px, py in s.points)
     if shade is not None and shade.boxes:
@@ -177,16 +180,18 @@ def line_chart(
 def _legend(
     series: Sequence[Series], references: Sequence[Reference], marker: Marker | None, shade: Shade | None, top: float
 ) -> list[str]:
-    # (label, colour, the line's dash pattern, or None for a filled box)
-    entries: list[tuple[str, str, str | None]] = [(s.label, s.color, "6 4" if s.dashed else "") for s in series]
-    entries += [(r.label, r.color, "3 3") for r in references]
+    # (label, colour, the line's dash pattern, or None for a filled box, the line's width)
+    entries: list[tuple[str, str, str | None, float]] = [
+        (s.label, s.color, "6 4" if s.dashed else "", 1.5 if s.thin else 2.5) for s in series
+    ]
+    entries += [(r.label, r.color, "3 3", 2.5) for r in references]
     if marker is not None:
-        entries.append((marker.label, marker.color, "2 3"))
+        entries.append((marker.label, marker.color, "2 3", 2.5))
     if shade is not None:
-        entries.append((shade.label, shade.color, None))
+        entries.append((shade.label, shade.color, None, 2.5))
     parts = []
     column_width = (WIDTH - _LEFT) / 3
-    for index, (label, color, dash) in enumerate(entries):
+    for index, (label, color, dash, stroke_width) in enumerate(entries):
         row, column = divmod(index, 3)
         left = _LEFT + column * column_width
         y = top + row * _LEGEND_ROW
@@ -196,7 +201,7 @@ def _legend(
         else:
             parts.append(
                 f'<line x1="{left:.1f}" x2="{left + 18:.1f}" y1="{y - 4}" y2="{y - 4}" stroke="{color}" '
-                f'stroke-width="2.5"{dash_attribute}/>'
+                f'stroke-width="{stroke_width:g}"{dash_attribute}/>'
             )
         parts.append(f'<text class="legend" x="{left + 24:.1f}" y="{y}">{escape(label)}</text>')
     return parts

@@ -117,15 +117,19 @@ def _outcome(outcome: Outcome, results: Sequence[WorkloadReplay]) -> dict[str, A
                 "name": result.workload.name,
                 "replica_hours": hours,
                 "cost": cost,
+                "overflow_seconds": seconds,
                 "overflow_request_seconds": overflow,
                 "overflow_share": share,
+                "peak_replicas": peak,
             }
-            for result, hours, cost, overflow, share in zip(
+            for result, hours, cost, seconds, overflow, share, peak in zip(
                 results,
                 outcome.replica_hours,
                 costs,
+                outcome.overflow_seconds,
                 outcome.overflow_request_seconds,
                 outcome.overflow_shares,
+                outcome.peak_replicas,
                 strict=True,
             )
         ],
@@ -138,6 +142,7 @@ def tune_document(tuning: Tuning, results: Sequence[WorkloadReplay]) -> dict[str
     return {
         "overflow_budget": tuning.budget,
         "replays": tuning.replays,
+        "searched": {"margins": list(tuning.margins), "demand_windows_seconds": list(tuning.demand_windows_seconds)},
         "current": _outcome(tuning.current, results),
         "chosen": None if chosen is None else _outcome(chosen, results),
         "lowest_overflow": _outcome(tuning.lowest_overflow, results),

@@ -1,12 +1,15 @@
 """report.html, beside result.json: one self-contained page drawn from the same document, so the two never disagree.
 
 It opens with no network at all: inline CSS, charts as inline SVG, no script. Per workload: demand against the
-ready replicas' capacity with the overflow (demand above it) shaded, the replicas asked for and ready, the figures
-of the scaler and both baselines, and the decisions that changed the replicas.
+ready replicas' capacity with the overflow (demand above it) shaded and the oracle's ready capacity beside it, the
+replicas asked for and ready, the figures of the scaler and both baselines, and the decisions that changed the
+replicas. With `--tune`, what the tuner searched, the config lines it proposes (as the table prints them) and each
+workload's figures with the config's knobs and the tuned ones, or that no candidate met the budget.
 
 A week at one sample per 15 s is 40,320 points, far more than a chart is pixels wide: a series with more changes
-than that is drawn as one value per pixel-wide bucket of time, the most demand and the fewest ready replicas in it,
-so a peak one sample long, and any overflow, still shows. The page says where it did so.
+than that is drawn as one value per pixel-wide bucket of time, the most demand and the fewest ready replicas in it
+(the oracle's most: it has ready what the demand needs, within max_replicas), so a peak one sample long, and any
+overflow, still shows. The page says where it did so.
 """
 
 import itertools
@@ -15,6 +18,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from exporter.autoscale.tune import duration_text
 from exporter.files import write_atomically
 from exporter.svg import PAGE_CSS, PLOT_WIDTH, Axis, Reference, Series, Shade, line_chart
 
@@ -27,13 +31,14 @@ Segment = tuple[float, float, float]  # (from, to, value) of a step function
 Keep = Callable[[Iterable[float]], float]
 
 # Okabe-Ito colours, as the load-test report uses: apart for the common colour-vision deficiencies.
-_DEMAND, _CAPACITY, _OVERFLOW, _DESIRED, _READY, _STATIC = (
+_DEMAND, _CAPACITY, _OVERFLOW, _DESIRED, _READY, _STATIC, _ORACLE = (
     "#0072b2",
     "#009e73",
     "#d55e00",
     "#e69f00",
     "#56b4e9",
     "#555555",
+    "#cc79a7",
 )
 
 _STYLE = (
@@ -43,6 +48,7 @@ h2 { font-size: 18px; margin: 32px 0 6px; }
 h3 { font-size: 15px; margin: 18px 0 8px; }
 .meta { color: #555; margin: 0 0 12px; }
 td.text, th.text { text-align: left; white-space: normal; min-width: 320px; }
+pre.change { background: #fff; border: 1px solid #d8dce2; border-radius: 6px; padding: 8px 16px; }
 """
 )
 
@@ -110,6 +116,9 @@ def _charts(workload: Mapping[str, Any]) -> tuple[list[str], bool]:
     fleet = workload["fleet"]
     demand = steps([(time, value) for time, value in trace["demand"]], end, BUCKETS, max)
     capacity = steps([(time, ready * knee) for time, _, ready in fleet], end, BUCKETS, min)
+    oracle_fleet = workload["baselines"]["oracle"]["fleet"]
+    # Its most in a bucket: the oracle has the demand's peak ready, and its line is drawn above that peak, as it is.
+    oracle = steps([(time, ready * knee) for time, _, ready in oracle_fleet], end, BUCKETS, max)
     desired = steps([(time, replicas) for time, replicas, _ in fleet], end, BUCKETS, max)
     ready = steps([(time, ready) for time, _, ready in fleet], end, BUCKETS, min)
     x, scale = _time_axis(end - start)
@@ -123,6 +132,7 @@ def _charts(workload: Mapping[str, Any]) -> tuple[list[str], bool]:
         Axis("requests in flight", lambda value: f"{value:g}"),
         [  # demand drawn last: on top, where a spike over capacity shows
             Series(f"ready x knee ({knee:g})", _line(capacity, start, scale), _CAPACITY, dots=False),
+            Series("oracle's ready x knee", _line(oracle, start, scale), _ORACLE, dashed=True, dots=False, thin=True),
             Series("demand", _line(demand, start, scale), _DEMAND, dots=False),
         ],
         shade=Shade("overflow (demand above)", boxes, _OVERFLOW),
@@ -138,7 +148,7 @@ def _charts(workload: Mapping[str, Any]) -> tuple[list[str], bool]:
         ],
         references=[Reference(f"static at the peak ({static})", static, _STATIC)],
     )
-    bucketed = max(len(trace["demand"]), len(fleet)) > BUCKETS
+    bucketed = max(len(trace["demand"]), len(fleet), len(oracle_fleet)) > BUCKETS
     return [load, replicas], bucketed
 
 
@@ -210,7 +220,8 @@ def _workload(workload: Mapping[str, Any]) -> list[str]:
     if bucketed:
         parts.append(
             f'<p class="notes">Drawn downsampled: the charts hold {BUCKETS} equal buckets of time, each showing the '
-            "most demand and the fewest ready replicas (the most asked for) in it, so no peak or overflow vanishes; "
+            "most demand and the fewest ready replicas (the most asked for, and the most the oracle has ready) in it, "
+            "so no peak or overflow vanishes; "
             "the figures below are from every sample.</p>"
         )
     parts += ['<div class="charts">', *(f"<figure>{chart}</figure>" for chart in charts), "</div>"]
@@ -221,6 +232,79 @@ def _workload(workload: Mapping[str, Any]) -> list[str]:
     return parts
 
 
+def _knobs(outcome: Mapping[str, Any]) -> str:
+    return f"margin {outcome['margin']:g}, demand_window {duration_text(outcome['demand_window_seconds'])}"
+
+
+def _share(value: float) -> str:
+    return f"{value:.3%}"
+
+
+def _proposal(tune: Mapping[str, Any]) -> list[str]:
+    """The tuner's answer in the words the table prints: the config lines to paste, or that nothing met the budget."""
+    chosen, current = tune["chosen"], tune["current"]
+    if chosen is None:
+        lowest = tune["lowest_overflow"]
+        return [
+            f'<p class="notes">No candidate meets the budget: the lowest overflow reached is '
+            f"{_share(lowest['worst_overflow_share'])} ({_knobs(lowest)}, {lowest['replica_hours']:.2f} "
+            "replica-hours); demand faster than a start-up needs a larger --overflow-budget, a shorter start-up, or "
+            "more min_replicas or max_replicas.</p>"
+        ]
+    change = chosen["replica_hours"] / current["replica_hours"] - 1 if current["replica_hours"] > 0 else 0.0
+    lines = tune["config_change"].rstrip("\n")
+    return [
+        f"<p>Proposed: <b>{_knobs(chosen)}</b>, {chosen['replica_hours']:.2f} replica-hours over every workload "
+        f"against the config's {current['replica_hours']:.2f} ({change:+.0%}), cost {_cost(chosen['cost'])} "
+        f"against {_cost(current['cost'])}, the worst overflow {_share(chosen['worst_overflow_share'])} of a "
+        f"workload's demand against {_share(current['worst_overflow_share'])}. The config change (paste into the "
+        "config):</p>",
+        f'<pre class="change">{escape(lines)}</pre>',
+    ]
+
+
+def _tune_figures(tune: Mapping[str, Any], workloads: Sequence[Mapping[str, Any]]) -> str:
+    """Each workload's figures with the config's knobs and with the tuned ones (or the least overflowing)."""
+    other = ("tuned", tune["chosen"]) if tune["chosen"] is not None else ("least overflow", tune["lowest_overflow"])
+    headings = ("replica-hours", "cost", "overflow (s)", "overflow (request-s)", "overflow share", "peak replicas")
+    body = []
+    for index, workload in enumerate(workloads):
+        for label, outcome in (("generated scaler, the config", tune["current"]), other):
+            figures = outcome["workloads"][index]
+            name = f"{workload['namespace']}/{workload['name']}: {label} ({_knobs(outcome)})"
+            body.append(
+                f'<tr><td class="text">{escape(name)}</td><td>{figures["replica_hours"]:.2f}</td>'
+                f"<td>{_cost(figures['cost'])}</td><td>{figures['overflow_seconds']:g}</td>"
+                f"<td>{figures['overflow_request_seconds']:g}</td><td>{_share(figures['overflow_share'])}</td>"
+                f"<td>{figures['peak_replicas']}</td></tr>"
+            )
+    head = '<th class="text">workload: fleet</th>' + "".join(f"<th>{heading}</th>" for heading in headings)
+    return f'<div class="table"><table class="tuned"><tr>{head}</tr>{"".join(body)}</table></div>'
+
+
+def _tune(tune: Mapping[str, Any], workloads: Sequence[Mapping[str, Any]]) -> list[str]:
+    searched = tune["searched"]
+    margins = ", ".join(f"{margin:g}" for margin in searched["margins"])
+    windows = ", ".join(duration_text(window) for window in searched["demand_windows_seconds"])
+    return [
+        '<section class="tune" id="tune"><h2>Tuning (--tune)</h2>',
+        f'<p class="meta">{tune["replays"]} replays: every autoscaling.margin of {margins} with every '
+        f"autoscaling.demand_window of {windows}, over each workload's trace, for the fewest replica-hours with "
+        f"overflow at most {_share(tune['overflow_budget'])} of each workload's demand request-seconds.</p>",
+        *_proposal(tune),
+        "<h3>Figures, the config's knobs and the tuned ones</h3>",
+        _tune_figures(tune, workloads),
+        "</section>",
+    ]
+
+
+def _tune_summary(tune: Mapping[str, Any]) -> str:
+    """What the page's head says of the tuning, linking to it."""
+    if tune["chosen"] is None:
+        return f' · <a href="#tune">--tune</a>: no candidate met the {_share(tune["overflow_budget"])} budget'
+    return f' · <a href="#tune">--tune</a> proposes {_knobs(tune["chosen"])}'
+
+
 def _source(source: Mapping[str, Any]) -> str:
     if "demand" in source:
         return f"demand from {source['demand']}"
@@ -229,6 +313,7 @@ def _source(source: Mapping[str, Any]) -> str:
 
 def render_report(document: Mapping[str, Any]) -> str:
     workloads = document["workloads"]
+    tune = document.get("tune")
     title = "Autoscaler replay"
     return "\n".join(
         [
@@ -240,8 +325,10 @@ def render_report(document: Mapping[str, Any]) -> str:
             "</head><body><main>",
             f"<h1>{title}</h1>",
             f'<p class="meta">{escape(_source(document["source"]))} · {len(workloads)} '
-            f"workload{'s' if len(workloads) != 1 else ''} · plimsoll autoscale replay</p>",
+            f"workload{'s' if len(workloads) != 1 else ''} · plimsoll autoscale replay"
+            f"{_tune_summary(tune) if tune is not None else ''}</p>",
             *(part for workload in workloads for part in _workload(workload)),
+            *(_tune(tune, workloads) if tune is not None else ()),
             "</main></body></html>",
         ]
     )

@@ -46,6 +46,8 @@ class Outcome:
     knobs: Knobs
     replica_hours: tuple[float, ...]  # per workload, in the order given
     overflow_request_seconds: tuple[float, ...]
+    overflow_seconds: tuple[float, ...]
+    peak_replicas: tuple[int, ...]
     overflow_shares: tuple[float, ...]  # overflow request-seconds / demand request-seconds, per workload
     meets_budget: bool
 
@@ -65,6 +67,8 @@ class Tuning:
     chosen: Outcome | None  # the fewest replica-hours within budget; None: no candidate met it
     lowest_overflow: Outcome  # the candidate with the least overflow, said where none met the budget
     replays: int
+    margins: tuple[float, ...]  # the grid searched, each margin with each window
+    demand_windows_seconds: tuple[float, ...]
 
 
 def parse_overflow_budget(text: str) -> float:
@@ -121,6 +125,8 @@ def _outcome(
     tuned = dataclasses.replace(autoscaling, margin=knobs.margin, demand_window_seconds=knobs.demand_window_seconds)
     hours: list[float] = []
     overflow: list[float] = []
+    seconds: list[float] = []
+    peaks: list[int] = []
     shares: list[float] = []
     for replayed in workloads:
         workload, demand = replayed.workload, replayed.demand_request_seconds
@@ -128,9 +134,19 @@ def _outcome(
         figures = replay_syncs(replayed.syncs, spec, workload.startup_seconds, replayed.knee_concurrency).run.figures
         hours.append(figures.replica_hours)
         overflow.append(figures.overflow_request_seconds)
+        seconds.append(figures.overflow_seconds)
+        peaks.append(figures.peak_replicas)
         # No demand at all: nothing could overflow, and no share of nothing is over budget.
         shares.append(figures.overflow_request_seconds / demand if demand > 0 else 0.0)
-    return Outcome(knobs, tuple(hours), tuple(overflow), tuple(shares), all(share <= budget for share in shares))
+    return Outcome(
+        knobs,
+        tuple(hours),
+        tuple(overflow),
+        tuple(seconds),
+        tuple(peaks),
+        tuple(shares),
+        all(share <= budget for share in shares),
+    )
 
 
 def tune(
@@ -143,10 +159,9 @@ def tune(
     window are one for every workload, so a candidate meets the budget only where each workload does."""
     current = Knobs(autoscaling.margin, autoscaling.demand_window_seconds)
     shortest = max(workload.startup_seconds for workload in autoscaling.workloads)
-    margins = sorted({*MARGINS, autoscaling.margin}, reverse=True)
-    candidates = [
-        Knobs(margin, window) for window in windows(current.demand_window_seconds, shortest) for margin in margins
-    ]
+    margins = tuple(sorted({*MARGINS, autoscaling.margin}, reverse=True))
+    searched = windows(current.demand_window_seconds, shortest)
+    candidates = [Knobs(margin, window) for window in searched for margin in margins]
     read = [
         _Replayed(workload, Syncs(trace), knee, demand_request_seconds(trace)) for workload, trace, knee in workloads
     ]
@@ -156,7 +171,7 @@ def tune(
     chosen = min(within, key=lambda o: (o.total_replica_hours, o.worst_share, o.knobs != current), default=None)
     lowest = min(outcomes, key=lambda o: (o.worst_share, o.total_replica_hours))
     (own,) = (outcome for outcome in outcomes if outcome.knobs == current)
-    return Tuning(budget, own, chosen, lowest, len(outcomes) * len(workloads))
+    return Tuning(budget, own, chosen, lowest, len(outcomes) * len(workloads), margins, searched)
 
 
 def duration_text(seconds: float) -> str:

@@ -1,5 +1,7 @@
 """report.html's parts without a browser: the downsampling that keeps a week drawable (a one-sample peak, and a
-one-sample dip in capacity, survive it), the overflow boxes, the cap on the decisions listed, and markup from the
+one-sample dip in capacity, survive it), the overflow boxes, the oracle's capacity drawn within the same bound, the
+cap on the decisions listed, `--tune`'s section (what it searched, the change as the table prints it, the figures
+beside the generated scaler's, or that no candidate met the budget; none without `--tune`), and markup from the
 config shown as text."""
 
 import itertools
@@ -13,6 +15,7 @@ import pytest
 
 from exporter.autoscale.report import BUCKETS, REPORT_DECISIONS, REPORT_FILE, overflow, render_report, steps
 from exporter.svg import Axis, Series, line_chart
+from tests.autoscale.tuned import replay_tuned
 from tests.autoscale.week import HOSTILE_MODEL, replay_a_week
 
 
@@ -76,6 +79,168 @@ class _Text(HTMLParser):
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
+
+
+class _Tune(HTMLParser):
+    """The tune section's text, the config change it shows, and its figures table's rows of cells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections = 0
+        self.text: list[str] = []
+        self.change: list[str] = []
+        self.rows: list[list[str]] = []
+        self._open: list[str] = []  # the tags open inside the tune section
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if ("id", "tune") in attrs:
+            self.sections += 1
+            self._open = [tag]
+        elif self._open:
+            self._open.append(tag)
+            if tag == "tr":  # the section's one table: its figures
+                self.rows.append([])
+            if tag in ("td", "th"):
+                self.rows[-1].append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._open and self._open[-1] == tag:
+            self._open.pop()
+
+    def handle_data(self, data: str) -> None:
+        if not self._open:
+            return
+        self.text.append(data)
+        if "pre" in self._open:
+            self.change.append(data)
+        elif self.rows and self._open[-1] in ("td", "th"):
+            self.rows[-1][-1] += data
+
+
+def _tune_section(page: str) -> _Tune:
+    parsed = _Tune()
+    parsed.feed(page)
+    return parsed
+
+
+def _last_lines(printed: str, count: int) -> list[str]:
+    """The table's last lines before the files written: the config change, where there is one."""
+    lines = [line for line in printed.splitlines() if line]
+    return lines[-count:]
+
+
+def test_a_tuned_run_shows_what_was_searched_the_change_and_the_figures_beside_the_scalers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = replay_tuned(tmp_path)
+    printed = capsys.readouterr().out
+    document = _document(out)
+    tune, workload = document["tune"], document["workloads"][0]
+    assert tune["chosen"] is not None and tune["chosen"]["margin"] != tune["current"]["margin"]
+    section = _tune_section((out / REPORT_FILE).read_text())
+    assert section.sections == 1
+    text = "".join(section.text)
+    # What it searched: every margin and window of the grid, and the replays it took.
+    assert f"{tune['replays']} replays: every autoscaling.margin of 1, 0.95, 0.9," in text
+    assert "with every autoscaling.demand_window of 10m, 7m, 5m, 2m" in text
+    assert "overflow at most 0.500% of each workload" in text
+    # The change, line for line as the table printed it.
+    change = "".join(section.change).splitlines()
+    assert change == ["autoscaling:", "  margin: 0.95", "  demand_window: 2m"]
+    assert change == _last_lines(printed, 3)
+    assert "Proposed: margin 0.95, demand_window 2m" in text
+    # The figures: the config's knobs are the generated scaler's own, beside the tuned knobs'.
+    head, now, tuned = section.rows
+    assert head == [
+        "workload: fleet",
+        "replica-hours",
+        "cost",
+        "overflow (s)",
+        "overflow (request-s)",
+        "overflow share",
+        "peak replicas",
+    ]
+    assert now[0] == "inference/vllm-llama: generated scaler, the config (margin 0.8, demand_window 10m)"
+    assert now[1:] == [
+        f"{workload['replica_hours']:.2f}",
+        f"{workload['cost']:,.2f}",
+        f"{workload['overflow_seconds']:g}",
+        f"{workload['overflow_request_seconds']:g}",
+        f"{tune['current']['workloads'][0]['overflow_share']:.3%}",
+        str(workload["peak_replicas"]),
+    ]
+    figures = tune["chosen"]["workloads"][0]
+    assert tuned == [
+        "inference/vllm-llama: tuned (margin 0.95, demand_window 2m)",
+        f"{figures['replica_hours']:.2f}",
+        f"{figures['cost']:,.2f}",
+        f"{figures['overflow_seconds']:g}",
+        f"{figures['overflow_request_seconds']:g}",
+        f"{figures['overflow_share']:.3%}",
+        str(figures["peak_replicas"]),
+    ]
+    assert figures["replica_hours"] < workload["replica_hours"] and figures["peak_replicas"] > 0
+
+
+def test_an_untuned_run_has_no_tune_section(week: Path) -> None:
+    page = (week / REPORT_FILE).read_text()
+    assert _tune_section(page).sections == 0
+    assert "--tune" not in page and "Proposed" not in page
+
+
+def test_a_budget_nobody_meets_is_said_with_no_change_to_paste(tmp_path: Path) -> None:
+    out = replay_tuned(tmp_path, burst=True, budget="0.1%")
+    document = _document(out)
+    tune = document["tune"]
+    assert tune["chosen"] is None
+    page = (out / REPORT_FILE).read_text()
+    section = _tune_section(page)
+    text = " ".join("".join(section.text).split())
+    lowest = tune["lowest_overflow"]
+    assert f"No candidate meets the budget: the lowest overflow reached is {lowest['worst_overflow_share']:.3%}" in text
+    assert section.change == [] and "Proposed" not in text
+    assert "--tune</a>: no candidate met the 0.100% budget" in page
+    _, now, least = section.rows
+    assert now[0].startswith("inference/vllm-llama: generated scaler, the config")
+    assert least[0].startswith("inference/vllm-llama: least overflow (margin ")
+    assert least[3] == f"{lowest['workloads'][0]['overflow_seconds']:g}"
+
+
+def test_markup_in_a_tuned_run_is_text_escaped_once(tmp_path: Path) -> None:
+    document = _document(replay_tuned(tmp_path))
+    document["workloads"][0]["name"] = "<script>alert(1)</script>"
+    document["tune"]["config_change"] = "autoscaling:\n  margin: <i>1</i> & more\n"
+    section = _tune_section(render_report(document))
+    page = _Text()
+    page.feed(render_report(document))
+    assert "script" not in page.tags and "i" not in page.tags
+    assert "".join(section.change) == "autoscaling:\n  margin: <i>1</i> & more"
+    assert section.rows[1][0].startswith("inference/<script>alert(1)</script>: generated scaler")
+    assert "&amp;" not in "".join(page.text)
+
+
+def _oracle_line(page: str) -> list[str]:
+    lines = re.findall(r'<polyline class="series thin" points="([^"]+)" stroke="#cc79a7" stroke-dasharray', page)
+    assert len(lines) == 1
+    corners: list[str] = lines[0].split()
+    return corners
+
+
+def test_the_oracles_ready_capacity_is_drawn_thin_and_dashed_and_the_page_stays_bounded(week: Path) -> None:
+    page = (week / REPORT_FILE).read_text()
+    document = _document(week)
+    oracle = document["workloads"][0]["baselines"]["oracle"]
+    assert len(_oracle_line(page)) == 2 * len(oracle["fleet"])  # 123 changes: drawn as they are
+    assert "oracle&#x27;s ready x knee" in page
+    # An oracle changing at every one of the week's 40,321 samples is drawn in the charts' buckets, as the demand is:
+    # the page grows by one line of at most two corners a bucket, not by its samples.
+    oracle["fleet"] = [
+        [time, 1 + index % 2, 1 + index % 2]
+        for index, (time, _) in enumerate(document["workloads"][0]["trace"]["demand"])
+    ]
+    busy = render_report(document)
+    assert len(_oracle_line(busy)) == 2 * BUCKETS
+    assert len(busy.encode()) - len(page.encode()) < 2 * BUCKETS * len(" 999.9,999.9")
 
 
 def test_markup_in_names_is_text_escaped_once(week: Path) -> None:

@@ -227,6 +227,8 @@ def _straightforward(
                     Knobs(margin, window),
                     tuple(figures.replica_hours for figures in runs),
                     tuple(figures.overflow_request_seconds for figures in runs),
+                    tuple(figures.overflow_seconds for figures in runs),
+                    tuple(figures.peak_replicas for figures in runs),
                     shares,
                     all(share <= budget for share in shares),
                 )
