@@ -44,6 +44,11 @@ class Deployment:
         return self.data_parallel * self.tensor_parallel * self.pipeline_parallel
 
     @property
+    def v0_engine(self) -> bool:
+        """vLLM before v0.8 ran the V0 engine (A.VLLM_V1_SINCE); an unknown version is current vLLM."""
+        return self.engine == "vllm" and self.vllm_version is not None and self.vllm_version < A.VLLM_V1_SINCE
+
+    @property
     def cuda_graphs_in_budget(self) -> bool:
         """vLLM subtracts its CUDA-graph estimate from the KV budget since v0.21, unless graphs are off."""
         if self.enforce_eager or self.engine != "vllm":

@@ -3,7 +3,9 @@
 Per layer and token a GPU stores `2 x kv_heads_per_gpu x head_dim x kv_dtype_bytes`, with
 `kv_heads_per_gpu = max(1, kv_heads // TP)`: GQA heads split across tensor-parallel ranks until there are more
 ranks than heads, then every rank keeps a copy. MLA models store one latent of `kv_lora_rank + qk_rope_head_dim`
-per layer, no factor 2 and no split (every TP rank holds the whole latent).
+per layer, no factor 2 and no split (every TP rank holds the whole latent). vLLM's V0 engine laid MLA models out
+otherwise: before v0.7 as ordinary attention with a head size of 256, from v0.7 as a latent padded to 256 bytes
+(`mla_bytes_per_token_per_layer` cites the source).
 
 Pools are counted in blocks of `block_size` tokens. A model whose layers all use the same attention is one group:
 `blocks = floor(pool / (layers x block bytes))`. Models mixing sliding-window and full layers (Gemma 2/3,
@@ -15,6 +17,7 @@ the engine then reports tokens as `max concurrency x max_model_len`.
 import math
 from dataclasses import dataclass
 
+from exporter.capacity import assumptions as A
 from exporter.capacity.architecture import FULL, SLIDING, ModelArchitecture
 from exporter.capacity.deployment import PipelineStage
 
@@ -27,6 +30,19 @@ KV_DTYPE_BYTES = {
     "half": 2,
     "float32": 4,
 }
+
+
+# vLLM cached DeepSeek-V2/V3 as MLA latents from v0.7.1 on; versions are (major, minor) here, so 0.7.0 counts as
+# MLA (misplaced). Before, ModelConfig.get_head_size gave every deepseek_v2/deepseek_v3 head 256 ("FlashAttention
+# supports only head_size 32, 64, 128, 256, we need to pad head_size 192 to 256": vllm-project/vllm vllm/config.py
+# @ 0004438) and CacheEngine kept K and V for each of the model's num_key_value_heads split by TP.
+VLLM_MLA_CACHE_SINCE = (0, 7)
+VLLM_V0_DEEPSEEK_HEAD_SIZE = 256
+# V0's CacheEngine.get_cache_block_size pads each MLA entry on CUDA to a multiple of 256 bytes counted in the
+# *model* dtype (align_to_256bytes(entry, model_config.dtype), then times the cache dtype's size; env
+# VLLM_CUDA_MEM_ALIGN_KV_CACHE, on by default): vllm-project/vllm PR #12676 (merged Feb 2025, first in v0.7.2, so
+# v0.7.1 is misplaced here), removed by PR #14842 (Mar 2025) as V1 took over. 576 bf16 elements become 640.
+VLLM_V0_MLA_ALIGN_BYTES = 256
 
 
 class KvDtypeError(ValueError):
@@ -46,16 +62,45 @@ def kv_heads_per_gpu(arch: ModelArchitecture, tp: int) -> int:
     return 1 if arch.mla is not None else max(1, arch.num_kv_heads // tp)
 
 
-def kv_bytes_per_token_per_layer(arch: ModelArchitecture, tp: int, dtype_bytes: int) -> int:
+def mla_bytes_per_token_per_layer(
+    arch: ModelArchitecture, tp: int, dtype_bytes: int, vllm_version: tuple[int, int] | None, model_dtype_bytes: int
+) -> int:
+    """An MLA model's share of a token in one layer as the vLLM of `vllm_version` (None: current) caches it.
+
+    V1 (`MLAAttentionSpec`) stores the bare latent. V0 from v0.7 pads it to 256 bytes of the model dtype; V0 before
+    v0.7 caches K and V per head at head size 256 (the constants above cite the source)."""
+    assert arch.mla is not None
+    latent = arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
+    if vllm_version is None or vllm_version >= A.VLLM_V1_SINCE:
+        return latent * dtype_bytes
+    if vllm_version < VLLM_MLA_CACHE_SINCE:
+        return 2 * max(1, arch.num_kv_heads // tp) * VLLM_V0_DEEPSEEK_HEAD_SIZE * dtype_bytes
+    per_alignment = VLLM_V0_MLA_ALIGN_BYTES // model_dtype_bytes
+    return math.ceil(latent / per_alignment) * per_alignment * dtype_bytes
+
+
+def kv_bytes_per_token_per_layer(
+    arch: ModelArchitecture,
+    tp: int,
+    dtype_bytes: int,
+    vllm_version: tuple[int, int] | None = None,
+    model_dtype_bytes: int = 2,
+) -> int:
     if arch.mla is not None:
-        return (arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim) * dtype_bytes
+        return mla_bytes_per_token_per_layer(arch, tp, dtype_bytes, vllm_version, model_dtype_bytes)
     return 2 * kv_heads_per_gpu(arch, tp) * arch.head_dim * dtype_bytes
 
 
-def full_layer_bytes_per_token(arch: ModelArchitecture, tp: int, dtype_bytes: int) -> int:
+def full_layer_bytes_per_token(
+    arch: ModelArchitecture,
+    tp: int,
+    dtype_bytes: int,
+    vllm_version: tuple[int, int] | None = None,
+    model_dtype_bytes: int = 2,
+) -> int:
     """A full-attention layer's share of a token: Gemma 4's have their own head_dim and KV heads."""
     if arch.full_head_dim is None and arch.full_kv_heads is None:
-        return kv_bytes_per_token_per_layer(arch, tp, dtype_bytes)
+        return kv_bytes_per_token_per_layer(arch, tp, dtype_bytes, vllm_version, model_dtype_bytes)
     heads = max(1, (arch.full_kv_heads or arch.num_kv_heads) // tp)
     return 2 * heads * (arch.full_head_dim or arch.head_dim) * dtype_bytes
 
@@ -111,15 +156,21 @@ class KvLayout:
 
 
 def kv_layout(
-    arch: ModelArchitecture, tp: int = 1, stage: PipelineStage | None = None, dtype_bytes: int = 2
+    arch: ModelArchitecture,
+    tp: int = 1,
+    stage: PipelineStage | None = None,
+    dtype_bytes: int = 2,
+    vllm_version: tuple[int, int] | None = None,
+    model_dtype_bytes: int = 2,
 ) -> KvLayout:
     """The KV cache of one GPU of a pipeline stage (None: the whole model). Layers that share an earlier layer's
-    KV (Gemma 4's num_kv_shared_layers) keep no cache of their own."""
+    KV (Gemma 4's num_kv_shared_layers) keep no cache of their own. `vllm_version` (None: current vLLM) and the
+    model's dtype (`model_dtype_bytes`) matter only to MLA models, which older vLLM laid out differently."""
     first, layers = (0, arch.num_layers) if stage is None else (stage.first_layer, stage.layers)
     own_cache = arch.num_layers - arch.kv_shared_layers
     types = arch.layer_types[first : min(first + layers, own_cache)]
-    full = full_layer_bytes_per_token(arch, tp, dtype_bytes)
-    sliding = kv_bytes_per_token_per_layer(arch, tp, dtype_bytes)
+    full = full_layer_bytes_per_token(arch, tp, dtype_bytes, vllm_version, model_dtype_bytes)
+    sliding = kv_bytes_per_token_per_layer(arch, tp, dtype_bytes, vllm_version, model_dtype_bytes)
     return KvLayout(
         bytes_per_token_per_layer=sliding,
         full_layers=types.count(FULL),

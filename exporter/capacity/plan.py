@@ -23,7 +23,15 @@ from exporter.capacity.architecture import ModelArchitecture
 from exporter.capacity.candidates import GPUS_PER_NODE, MAX_GPUS_PER_REPLICA, layouts, precisions
 from exporter.capacity.deployment import Deployment, PipelineStage, pipeline_stages
 from exporter.capacity.gpus import GpuSpec
-from exporter.capacity.kv import KvLayout, KvPool, kv_dtype_bytes, kv_layout, kv_pool
+from exporter.capacity.kv import (
+    VLLM_MLA_CACHE_SINCE,
+    VLLM_V0_DEEPSEEK_HEAD_SIZE,
+    KvLayout,
+    KvPool,
+    kv_dtype_bytes,
+    kv_layout,
+    kv_pool,
+)
 from exporter.capacity.uncertainty import kv_cache_tokens_range
 from exporter.capacity.weights import (
     VISION_REPLICATED,
@@ -165,7 +173,7 @@ def resolve(deployment: Deployment, arch: ModelArchitecture, gpu: GpuSpec) -> De
     large = gpu.memory_bytes >= A.VLLM_LARGE_GPU_BYTES and not gpu.is_a100
     max_model_len = d.max_model_len or arch.context_limit(d.engine).tokens
     batched = d.max_num_batched_tokens or (A.VLLM_BATCHED_TOKENS_LARGE_GPU if large else A.VLLM_BATCHED_TOKENS)
-    v0 = d.vllm_version is not None and d.vllm_version < A.VLLM_V1_SINCE
+    v0 = d.v0_engine
     if v0 and d.max_num_batched_tokens is None and max_model_len <= A.VLLM_V0_CHUNKED_PREFILL_ABOVE:
         batched = max(max_model_len, A.VLLM_BATCHED_TOKENS)
     if d.block_size is not None:
@@ -173,7 +181,8 @@ def resolve(deployment: Deployment, arch: ModelArchitecture, gpu: GpuSpec) -> De
     elif d.engine == "sglang":
         block = A.SGLANG_PAGE_SIZE
     else:
-        block = A.VLLM_MLA_BLOCK_SIZE if arch.mla is not None else A.VLLM_BLOCK_SIZE
+        # V0 kept its 16-token default for MLA too (FlashMLA's 64 came with V1 and its backend selection).
+        block = A.VLLM_MLA_BLOCK_SIZE if arch.mla is not None and not v0 else A.VLLM_BLOCK_SIZE
     return replace(
         d,
         gpu_memory_utilization=utilization,
@@ -229,7 +238,7 @@ def _evaluate_stage(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, stage:
         _vision_placement(arch, d),
     )
     # Each data-parallel engine keeps its own KV pool, laid out as one TP x PP engine's.
-    layout = kv_layout(arch, tp, stage, kv_dtype_bytes(d.kv_cache_dtype, dtype_bytes))
+    layout = kv_layout(arch, tp, stage, kv_dtype_bytes(d.kv_cache_dtype, dtype_bytes), d.vllm_version, dtype_bytes)
     budget = round(gpu.memory_bytes * d.gpu_memory_utilization)
     lines = [
         BreakdownLine("GPU memory", gpu.memory_bytes, f"{gpu.name}, total as the CUDA runtime reports it"),
@@ -343,14 +352,21 @@ def _weights_how(arch: ModelArchitecture, weights: WeightBreakdown, d: Deploymen
 
 def _kv_how(arch: ModelArchitecture, layout: KvLayout, tp: int, d: Deployment) -> str:
     dtype_bytes = kv_dtype_bytes(d.kv_cache_dtype, weight_dtype_bytes(arch, d.dtype))
-    if arch.mla is not None:
-        head = f"MLA latent ({arch.mla.kv_lora_rank} + {arch.mla.qk_rope_head_dim}) x {dtype_bytes} B"
-        if tp > 1:
-            head += " (whole on every TP rank)"
-    else:
+    if arch.mla is None:
         heads = max(1, arch.num_kv_heads // tp)
         note = " (replicated: TP > KV heads)" if tp > arch.num_kv_heads else ""
         head = f"2 x {heads} KV heads{note} x {arch.head_dim} head_dim x {dtype_bytes} B"
+    elif not d.v0_engine:
+        head = f"MLA latent ({arch.mla.kv_lora_rank} + {arch.mla.qk_rope_head_dim}) x {dtype_bytes} B"
+        if tp > 1:
+            head += " (whole on every TP rank)"
+    elif d.vllm_version is not None and d.vllm_version < VLLM_MLA_CACHE_SINCE:
+        heads = max(1, arch.num_kv_heads // tp)
+        head = f"2 x {heads} heads x head size {VLLM_V0_DEEPSEEK_HEAD_SIZE} (V0 before MLA caching) x {dtype_bytes} B"
+    else:
+        elements = layout.bytes_per_token_per_layer // dtype_bytes
+        latent = f"{arch.mla.kv_lora_rank} + {arch.mla.qk_rope_head_dim}"
+        head = f"MLA latent ({latent}) padded to {elements} (V0's 256-byte alignment) x {dtype_bytes} B"
     layers = f"{layout.layers} layers"
     if layout.sliding_layers:
         layers += f" ({layout.sliding_layers} sliding, window {layout.sliding_window})"

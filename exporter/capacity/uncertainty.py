@@ -92,7 +92,7 @@ def _gib(low: float, high: float, samples: int) -> Spread:
 
 
 SHIPPED_SPREADS = TermSpreads(
-    weights=Spread(-0.003, 0.067, 51),
+    weights=Spread(-0.003, 0.067, 53),
     activation=Spread(-0.631, 2.583, 33),
     activation_by_version=(((0, 19), Spread(-0.029, 0.135, 21)), ((0, 29), Spread(0.0, 2.721, 3))),
     non_torch_single_gpu=_gib(-0.22, 0.50, 31),
@@ -103,7 +103,7 @@ SHIPPED_SPREADS = TermSpreads(
     ),
     cuda_graphs=_gib(-0.83, 1.06, 31),
     weights_by_format=(
-        (UNQUANTIZED, Spread(-0.002, 0.066, 29)),
+        (UNQUANTIZED, Spread(-0.002, 0.066, 31)),
         ("awq", Spread(0.0, 0.003, 2)),
         ("bitsandbytes", Spread(-0.006, 0.012, 2)),
         ("fp8", Spread(-0.002, 0.018, 9)),

@@ -50,8 +50,8 @@ def test_weights_are_within_two_percent_for_most_logs():
 def test_leave_one_source_out_figures_are_reproduced():
     scored = model_accuracy.leave_one_source_out(ENTRIES)
     ((_, count, median, worst, _),) = model_accuracy.out_of_sample_summary(scored)
-    assert count == 35
-    # docs/plan.md: 6.1% median, 90.8% worst (a known miss); the out-of-sample figure must not drift up unnoticed.
+    assert count == 36
+    # docs/plan.md: 6.2% median, 90.8% worst (a known miss); the out-of-sample figure must not drift up unnoticed.
     assert median <= 0.065
     assert worst <= 0.93
     assert max(abs(s.out_of_sample / s.observed - 1) for s in scored if s.id not in KNOWN_MISSES) <= 0.27

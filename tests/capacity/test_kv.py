@@ -41,6 +41,43 @@ def test_mla_stores_one_latent_per_layer_and_is_not_split_by_tp():
     assert kv_layout(arch, tp=8).bytes_per_token == per_token
 
 
+def test_v0_from_0_7_pads_the_mla_latent_to_256_bytes_of_the_model_dtype():
+    """V0's CacheEngine.get_cache_block_size: align_to_256bytes(576, model dtype) x cache dtype bytes."""
+    arch = load_model("deepseek-v3")
+    assert kv_layout(arch, 8, None, 2, (0, 7)).bytes_per_token_per_layer == 640 * 2  # not 576 x 2
+    assert kv_layout(arch, 8, None, 1, (0, 7), model_dtype_bytes=2).bytes_per_token_per_layer == 640  # fp8 KV
+    assert kv_layout(arch, 1, None, 4, (0, 7), model_dtype_bytes=4).bytes_per_token_per_layer == 576 * 4  # fp32
+    assert kv_layout(arch, 8, None, 2, (0, 8)).bytes_per_token_per_layer == 576 * 2  # V1: no padding
+
+
+def test_v0_before_0_7_caches_deepseek_as_attention_with_head_size_256():
+    arch = load_model("deepseek-v2-lite")  # 16 heads, num_key_value_heads 16
+    assert kv_layout(arch, 1, None, 2, (0, 6)).bytes_per_token_per_layer == 2 * 16 * 256 * 2
+    assert kv_layout(arch, 2, None, 2, (0, 5)).bytes_per_token_per_layer == 2 * 8 * 256 * 2  # split by TP
+
+
+@pytest.mark.parametrize(
+    ("preset", "gpu_gib", "tp", "version", "kv_gib", "blocks"),
+    [
+        # vllm PR #10927's "before" run: DeepSeek-V2-Lite-Chat, H100, December 2024 (before MLA caching)
+        ("deepseek-v2-lite", 79.10, 1, (0, 6), 35.42, 5373),
+        # DeepSeek-R1 on 8x H200, vLLM 0.7.3 (V0 with padded MLA latents)
+        ("deepseek-v3", 139.81, 8, (0, 7), 21.43, 18418),
+    ],
+)
+def test_v0_mla_layouts_reproduce_the_logged_block_counts(preset, gpu_gib, tp, version, kv_gib, blocks):
+    given = Deployment(tensor_parallel=tp, vllm_version=version, kv_cache_memory_bytes=round(kv_gib * GIB))
+    result = plan(load_model(preset), GpuSpec("GPU", round(gpu_gib * GIB)), given)
+    assert (result.pool.num_blocks, result.pool.block_size) == (blocks, 16)  # V0 keeps block 16 for MLA
+
+
+def test_an_unknown_or_v1_version_keeps_flashmla_blocks_of_64():
+    arch, gpu = load_model("deepseek-v3"), GpuSpec("H200", round(139.81 * GIB))
+    for version in (None, (0, 8)):
+        result = plan(arch, gpu, Deployment(tensor_parallel=8, vllm_version=version, kv_cache_memory_bytes=20 * GIB))
+        assert result.pool.block_size == 64
+
+
 def test_fp8_kv_halves_bytes_per_token():
     arch = load_model("llama-3.1-8b")
     assert kv_layout(arch, dtype_bytes=1).bytes_per_token * 2 == kv_layout(arch, dtype_bytes=2).bytes_per_token
