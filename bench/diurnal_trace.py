@@ -82,8 +82,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--burst-minutes", type=float, default=20.0, help="how long the burst holds (default 20)")
     parser.add_argument("--seed", type=int, default=19, help="the noise's seed (default 19)")
     args = parser.parse_args(argv)
+    if args.days < 1:
+        parser.error("--days: at least 1")
+    if min(args.trough, args.peak, args.burst, args.burst_minutes) < 0:  # a negative mean has no Poisson noise
+        parser.error("--trough, --peak, --burst and --burst-minutes: each at least 0")
     lines = ["time,demand", *(f"{time},{demand}" for time, demand in trace(args))]
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    try:
+        Path(args.out).write_text("\n".join(lines) + "\n")
+    except OSError as error:
+        parser.error(f"--out {args.out}: cannot write it ({error.strerror})")
 
 
 if __name__ == "__main__":

@@ -221,13 +221,13 @@ def _range(values: Sequence[float], axis: Axis) -> tuple[float, float]:
     return low, high
 
 
-def _ticks(low: float, high: float, *, log2: bool, whole: bool = False) -> list[float]:
+def _ticks(low: float, high: float, *, log2: bool, whole: bool) -> list[float]:
     if log2:
         first, last = math.ceil(math.log2(low)), math.floor(math.log2(high))
         return [2.0**power for power in range(first, last + 1)]
     raw = (high - low) / 5
     if whole:
-        raw = max(raw, 1.0)
+        raw = max(raw, 1.0)  # ticks closer than 1 apart cannot all fall on whole numbers
     magnitude = 10 ** math.floor(math.log10(raw))
     steps = (1, 2, 5, 10) if whole else (1, 2, 2.5, 5, 10)  # 2.5 apart would put ticks between whole numbers
     step = next(m * magnitude for m in steps if m * magnitude >= raw)

@@ -157,14 +157,21 @@ def write_result(out: Path, document: Mapping[str, Any]) -> Path:
     return path
 
 
-def _offset(seconds: float) -> str:
+def offset_text(seconds: float) -> str:
     """A time into the trace as +h:mm:ss."""
     whole = round(seconds)
     return f"+{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
-def _cost(value: float | None) -> str:
+def cost_text(value: float | None) -> str:
+    """A cost as the table and the report print it: "-" where the workload has no price."""
     return "-" if value is None else f"{value:,.2f}"
+
+
+def amount_text(value: float) -> str:
+    """An overflow figure with no exponent however large: a week's request-seconds reach millions, where `:g` would
+    print 1.23457e+06."""
+    return f"{value:.6f}".rstrip("0").rstrip(".")
 
 
 def _figures_table(workload: Mapping[str, Any]) -> Table:
@@ -180,9 +187,9 @@ def _figures_table(workload: Mapping[str, Any]) -> Table:
         table.add_row(
             label,
             f"{figures['replica_hours']:.2f}",
-            _cost(figures["cost"]),
-            f"{figures['overflow_seconds']:g}",
-            f"{figures['overflow_request_seconds']:g}",
+            cost_text(figures["cost"]),
+            amount_text(figures["overflow_seconds"]),
+            amount_text(figures["overflow_request_seconds"]),
             str(figures["peak_replicas"]),
         )
     return table
@@ -194,7 +201,7 @@ def _decisions_table(decisions: Sequence[Mapping[str, Any]], start: float) -> Ta
         table.add_column(heading, justify="left" if heading in ("metric", "reason") else "right")
     for decision in decisions[:TABLE_DECISIONS]:
         table.add_row(
-            _offset(decision["time"] - start),
+            offset_text(decision["time"] - start),
             decision["metric"],
             f"{decision['value']:g}",
             str(decision["proposed"]),
@@ -211,7 +218,7 @@ def _workload_lines(workload: Mapping[str, Any]) -> list[RenderableType]:
         plain(f"{workload['namespace']}/{workload['name']}", "bold"),
         " ",
         plain(f"({workload['model']})"),
-        f": {trace['samples']} samples over {_offset(trace['end'] - start)[1:]} (h:mm:ss)",
+        f": {trace['samples']} samples over {offset_text(trace['end'] - start)[1:]} (h:mm:ss)",
     )
     lines: list[RenderableType] = [title, _figures_table(workload)]
     if workload["unpriced"] is not None:
@@ -231,7 +238,8 @@ def _workload_lines(workload: Mapping[str, Any]) -> list[RenderableType]:
     return lines
 
 
-def _knobs(outcome: Mapping[str, Any]) -> str:
+def knobs_text(outcome: Mapping[str, Any]) -> str:
+    """A tuning outcome's margin and window, in the config's words."""
     return f"margin {outcome['margin']:g}, demand_window {duration_text(outcome['demand_window_seconds'])}"
 
 
@@ -244,13 +252,23 @@ def _tune_table(tune: Mapping[str, Any]) -> Table:
         rows.append(("tuned", tune["chosen"]))
     for label, outcome in rows:
         table.add_row(
-            f"{label}: {_knobs(outcome)}",
+            f"{label}: {knobs_text(outcome)}",
             f"{outcome['replica_hours']:.2f}",
-            _cost(outcome["cost"]),
-            f"{outcome['overflow_request_seconds']:g}",
+            cost_text(outcome["cost"]),
+            amount_text(outcome["overflow_request_seconds"]),
             f"{outcome['worst_overflow_share']:.3%}",
         )
     return table
+
+
+def unmet_budget_text(tune: Mapping[str, Any]) -> str:
+    """Where no candidate met the budget: how close one came, and what would let one meet it."""
+    lowest = tune["lowest_overflow"]
+    return (
+        f"the lowest overflow reached is {lowest['worst_overflow_share']:.3%} ({knobs_text(lowest)}, "
+        f"{lowest['replica_hours']:.2f} replica-hours); demand faster than a start-up needs a larger "
+        "--overflow-budget, a shorter start-up, or more min_replicas or max_replicas"
+    )
 
 
 def _tune_lines(tune: Mapping[str, Any]) -> list[RenderableType]:
@@ -264,14 +282,7 @@ def _tune_lines(tune: Mapping[str, Any]) -> list[RenderableType]:
         _tune_table(tune),
     ]
     if tune["chosen"] is None:
-        lowest = tune["lowest_overflow"]
-        lines.append(
-            Text(
-                f"no candidate meets the budget: the lowest overflow reached is {lowest['worst_overflow_share']:.3%} "
-                f"({_knobs(lowest)}, {lowest['replica_hours']:.2f} replica-hours); demand faster than a start-up "
-                "needs a larger --overflow-budget, a shorter start-up, or more min_replicas or max_replicas"
-            )
-        )
+        lines.append(Text(f"no candidate meets the budget: {unmet_budget_text(tune)}"))
     else:
         lines += [Text("the config change (paste into the config):"), Text(tune["config_change"].rstrip("\n"))]
     return lines

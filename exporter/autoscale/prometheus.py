@@ -141,12 +141,15 @@ def _tls(ca_file: str | None) -> ssl.SSLContext | None:
     if ca_file is None:
         return None
     data = read_capped(ca_file, MAX_CA_BYTES, "--prometheus-ca-file", "not a CA bundle")
+    no_certificate = DemandError(
+        f"--prometheus-ca-file {ca_file}: holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+    )
+    if not data.strip():  # create_default_context takes an empty cadata as none given: the system's CAs
+        raise no_certificate
     try:
         return ssl.create_default_context(cadata=data.decode("ascii"))
     except (UnicodeDecodeError, ssl.SSLError):
-        raise DemandError(
-            f"--prometheus-ca-file {ca_file}: holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
-        ) from None
+        raise no_certificate from None
 
 
 def prometheus_access(

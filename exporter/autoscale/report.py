@@ -18,6 +18,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from exporter.autoscale.outputs import amount_text, cost_text, knobs_text, offset_text, unmet_budget_text
 from exporter.autoscale.tune import duration_text
 from exporter.files import write_atomically
 from exporter.svg import PAGE_CSS, PLOT_WIDTH, Axis, Reference, Series, Shade, line_chart
@@ -152,15 +153,6 @@ def _charts(workload: Mapping[str, Any]) -> tuple[list[str], bool]:
     return [load, replicas], bucketed
 
 
-def _into(seconds: float) -> str:
-    whole = round(seconds)
-    return f"+{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
-
-
-def _cost(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.2f}"
-
-
 def _figures(workload: Mapping[str, Any]) -> str:
     rows = (
         ("generated scaler", workload),
@@ -169,8 +161,8 @@ def _figures(workload: Mapping[str, Any]) -> str:
     )
     headings = ("fleet", "replica-hours", "cost", "overflow (s)", "overflow (request-s)", "peak replicas")
     body = [
-        f'<tr><td class="text">{label}</td><td>{figures["replica_hours"]:.2f}</td><td>{_cost(figures["cost"])}</td>'
-        f"<td>{figures['overflow_seconds']:g}</td><td>{figures['overflow_request_seconds']:g}</td>"
+        f'<tr><td class="text">{label}</td><td>{figures["replica_hours"]:.2f}</td><td>{cost_text(figures["cost"])}</td>'
+        f"<td>{amount_text(figures['overflow_seconds'])}</td><td>{amount_text(figures['overflow_request_seconds'])}</td>"
         f"<td>{figures['peak_replicas']}</td></tr>"
         for label, figures in rows
     ]
@@ -190,7 +182,7 @@ def _decisions(workload: Mapping[str, Any]) -> list[str]:
         return parts
     headings = ("time", "metric", "value", "proposed", "replicas", "reason")
     rows = [
-        f'<tr><td>{_into(decision["time"] - start)}</td><td class="text">{escape(decision["metric"])}</td>'
+        f'<tr><td>{offset_text(decision["time"] - start)}</td><td class="text">{escape(decision["metric"])}</td>'
         f"<td>{decision['value']:g}</td><td>{decision['proposed']}</td>"
         f"<td>{decision['current_replicas']} &rarr; {decision['replicas']}</td>"
         f'<td class="text">{escape(decision["reason"])}</td></tr>'
@@ -211,7 +203,7 @@ def _workload(workload: Mapping[str, Any]) -> list[str]:
     charts, bucketed = _charts(workload)
     title = f"{workload['namespace']}/{workload['name']} ({workload['model']})"
     facts = (
-        f"{trace['samples']} samples over {_into(trace['end'] - trace['start'])[1:]} (h:mm:ss) · knee "
+        f"{trace['samples']} samples over {offset_text(trace['end'] - trace['start'])[1:]} (h:mm:ss) · knee "
         f"{workload['knee_concurrency']:g} requests per replica · start-up {workload['startup_seconds']:g} s · "
         f"{workload['min_replicas']} to {workload['max_replicas']} replicas · signals: "
         f"{', '.join(workload['signals'])}"
@@ -232,10 +224,6 @@ def _workload(workload: Mapping[str, Any]) -> list[str]:
     return parts
 
 
-def _knobs(outcome: Mapping[str, Any]) -> str:
-    return f"margin {outcome['margin']:g}, demand_window {duration_text(outcome['demand_window_seconds'])}"
-
-
 def _share(value: float) -> str:
     return f"{value:.3%}"
 
@@ -244,19 +232,13 @@ def _proposal(tune: Mapping[str, Any]) -> list[str]:
     """The tuner's answer in the words the table prints: the config lines to paste, or that nothing met the budget."""
     chosen, current = tune["chosen"], tune["current"]
     if chosen is None:
-        lowest = tune["lowest_overflow"]
-        return [
-            f'<p class="notes">No candidate meets the budget: the lowest overflow reached is '
-            f"{_share(lowest['worst_overflow_share'])} ({_knobs(lowest)}, {lowest['replica_hours']:.2f} "
-            "replica-hours); demand faster than a start-up needs a larger --overflow-budget, a shorter start-up, or "
-            "more min_replicas or max_replicas.</p>"
-        ]
+        return [f'<p class="notes">No candidate meets the budget: {escape(unmet_budget_text(tune))}.</p>']
     change = chosen["replica_hours"] / current["replica_hours"] - 1 if current["replica_hours"] > 0 else 0.0
     lines = tune["config_change"].rstrip("\n")
     return [
-        f"<p>Proposed: <b>{_knobs(chosen)}</b>, {chosen['replica_hours']:.2f} replica-hours over every workload "
-        f"against the config's {current['replica_hours']:.2f} ({change:+.0%}), cost {_cost(chosen['cost'])} "
-        f"against {_cost(current['cost'])}, the worst overflow {_share(chosen['worst_overflow_share'])} of a "
+        f"<p>Proposed: <b>{knobs_text(chosen)}</b>, {chosen['replica_hours']:.2f} replica-hours over every workload "
+        f"against the config's {current['replica_hours']:.2f} ({change:+.0%}), cost {cost_text(chosen['cost'])} "
+        f"against {cost_text(current['cost'])}, the worst overflow {_share(chosen['worst_overflow_share'])} of a "
         f"workload's demand against {_share(current['worst_overflow_share'])}. The config change (paste into the "
         "config):</p>",
         f'<pre class="change">{escape(lines)}</pre>',
@@ -271,11 +253,11 @@ def _tune_figures(tune: Mapping[str, Any], workloads: Sequence[Mapping[str, Any]
     for index, workload in enumerate(workloads):
         for label, outcome in (("generated scaler, the config", tune["current"]), other):
             figures = outcome["workloads"][index]
-            name = f"{workload['namespace']}/{workload['name']}: {label} ({_knobs(outcome)})"
+            name = f"{workload['namespace']}/{workload['name']}: {label} ({knobs_text(outcome)})"
             body.append(
                 f'<tr><td class="text">{escape(name)}</td><td>{figures["replica_hours"]:.2f}</td>'
-                f"<td>{_cost(figures['cost'])}</td><td>{figures['overflow_seconds']:g}</td>"
-                f"<td>{figures['overflow_request_seconds']:g}</td><td>{_share(figures['overflow_share'])}</td>"
+                f"<td>{cost_text(figures['cost'])}</td><td>{amount_text(figures['overflow_seconds'])}</td>"
+                f"<td>{amount_text(figures['overflow_request_seconds'])}</td><td>{_share(figures['overflow_share'])}</td>"
                 f"<td>{figures['peak_replicas']}</td></tr>"
             )
     head = '<th class="text">workload: fleet</th>' + "".join(f"<th>{heading}</th>" for heading in headings)
@@ -302,7 +284,7 @@ def _tune_summary(tune: Mapping[str, Any]) -> str:
     """What the page's head says of the tuning, linking to it."""
     if tune["chosen"] is None:
         return f' · <a href="#tune">--tune</a>: no candidate met the {_share(tune["overflow_budget"])} budget'
-    return f' · <a href="#tune">--tune</a> proposes {_knobs(tune["chosen"])}'
+    return f' · <a href="#tune">--tune</a> proposes {knobs_text(tune["chosen"])}'
 
 
 def _source(source: Mapping[str, Any]) -> str:

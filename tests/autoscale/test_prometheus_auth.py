@@ -278,7 +278,12 @@ def test_a_certificate_from_an_unknown_ca_names_the_ca_file_flag(tmp_path, capsy
 
 
 @pytest.mark.parametrize(
-    ("content", "words"), [("not a certificate\n", "holds no PEM certificate"), (None, "cannot read it")]
+    ("content", "words"),
+    [
+        ("not a certificate\n", "holds no PEM certificate"),
+        ("", "holds no PEM certificate"),  # not the system's CAs in its place
+        (None, "cannot read it"),
+    ],
 )
 def test_a_ca_file_that_cannot_be_used_is_one_line_naming_it(tmp_path, capsys, content, words):
     path = tmp_path / "ca.pem"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from exporter.autoscale.outputs import amount_text
 from exporter.autoscale.report import BUCKETS, REPORT_DECISIONS, REPORT_FILE, overflow, render_report, steps
 from exporter.svg import Axis, Series, line_chart
 from tests.autoscale.tuned import replay_tuned
@@ -296,3 +297,8 @@ def test_a_whole_axis_ticks_only_whole_numbers_where_a_plain_one_would_not(most:
     assert all(tick.is_integer() for tick in y_ticks(True))
     if most == 11:
         assert not all(tick.is_integer() for tick in y_ticks(False))
+
+
+@pytest.mark.parametrize(("value", "text"), [(0.0, "0"), (345.0, "345"), (12120.5, "12120.5"), (1234567.0, "1234567")])
+def test_an_overflow_figure_prints_without_an_exponent(value: float, text: str) -> None:
+    assert amount_text(value) == text

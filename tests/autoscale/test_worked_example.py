@@ -134,3 +134,18 @@ def test_the_trace_is_what_the_script_writes(tmp_path: Path) -> None:
     written = tmp_path / "trace.csv"
     diurnal_trace.main(["--out", str(written)])
     assert written.read_bytes() == TRACE.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [(["--trough", "-5"], "--trough"), (["--burst", "-200"], "--burst"), (["--days", "0"], "--days")],
+)
+def test_the_script_refuses_a_trace_it_cannot_draw_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], named: str
+) -> None:
+    written = tmp_path / "trace.csv"
+    with pytest.raises(SystemExit) as exited:
+        diurnal_trace.main(["--out", str(written), *flags])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and named in err and "Traceback" not in err
+    assert not written.exists()
