@@ -1,6 +1,6 @@
 """`plimsoll plan` fed by someone hostile, or by a corrupt download: every config.json field and every numeric flag
 out of its range is refused in one line that names the file, the field or the flag and the range it accepts, with
-exit status 2; never a traceback, never a nonsense figure with exit status 0 (issue 16)."""
+exit status 2; never a traceback, never a nonsense figure with exit status 0."""
 
 import json
 import time
@@ -152,6 +152,8 @@ _FIELDS = [
     "head_dim", "sliding_window", "sliding_window_pattern", "torch_dtype", "layer_types", "moe_intermediate_size",
     "n_shared_experts", "shared_expert_intermediate_size", "first_k_dense_replace", "mlp_only_layers",
     "decoder_sparse_step", "q_lora_rank", "rope_scaling", "vision_config", "quantization_config", "text_config",
+    "interleave_moe_layer_step", "intermediate_size_mlp", "top_k_experts", "enable_moe_block", "global_head_dim",
+    "num_global_key_value_heads", "attention_k_eq_v", "num_kv_shared_layers",
 ]  # fmt: skip
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.floats() | st.text(max_size=8),

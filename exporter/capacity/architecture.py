@@ -166,8 +166,9 @@ _CONFIG_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
 )
 # The same for a language model nested in a multimodal config, whose file may list only the keys that differ from
 # the text config class's defaults: LLaVA-NeXT's Mistral text_config omits hidden_size, num_hidden_layers and
-# num_attention_heads (transformers' MistralConfig defaults below). A top-level config.json of these families names
-# its shape, so a missing key there stays an error.
+# num_attention_heads (transformers' MistralConfig defaults below, including the 4096-token window the engine then
+# applies where the file leaves sliding_window out). A top-level config.json of these families names its shape, so a
+# missing key there stays an error.
 _NESTED_TEXT_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
     {
         "mistral": MappingProxyType(
@@ -178,6 +179,8 @@ _NESTED_TEXT_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
                 "num_attention_heads": 32,
                 "num_key_value_heads": 8,
                 "vocab_size": 32000,
+                "max_position_embeddings": 4096 * 32,
+                "sliding_window": 4096,
             }
         ),
     }

@@ -51,8 +51,8 @@ NON_TORCH_BYTES_SINGLE_GPU = round(0.25 * GIB)
 NON_TORCH_BYTES_MULTI_GPU = round(2.1 * GIB)
 
 # CUDA graphs: vLLM >= 0.21 estimates their pool and subtracts it from the KV budget unless --enforce-eager.
-# 0.82 GiB is the median of the 31 estimates in bench/data (vLLM 0.19 on H100 for 15 models, 0.29 on L40S and on an
-# RTX PRO 4500 MIG slice: 0.05 to 1.82 GiB).
+# 0.82 GiB is the median of the 31 estimates in bench/data (vLLM 0.19: 23 on H100 for 19 models, one on a GPU the log
+# does not name; 0.29: 4 on L40S, 3 on an RTX PRO 4500 MIG slice; 0.05 to 1.82 GiB).
 CUDA_GRAPH_BYTES = round(0.82 * GIB)
 
 # Hybrid (sliding + full) models: v0.10 logs count tokens as blocks per group x block size, v0.19 logs as

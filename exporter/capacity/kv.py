@@ -80,11 +80,7 @@ def mla_bytes_per_token_per_layer(
 
 
 def kv_bytes_per_token_per_layer(
-    arch: ModelArchitecture,
-    tp: int,
-    dtype_bytes: int,
-    vllm_version: tuple[int, int] | None = None,
-    model_dtype_bytes: int = 2,
+    arch: ModelArchitecture, tp: int, dtype_bytes: int, vllm_version: tuple[int, int] | None, model_dtype_bytes: int
 ) -> int:
     if arch.mla is not None:
         return mla_bytes_per_token_per_layer(arch, tp, dtype_bytes, vllm_version, model_dtype_bytes)
@@ -92,11 +88,7 @@ def kv_bytes_per_token_per_layer(
 
 
 def full_layer_bytes_per_token(
-    arch: ModelArchitecture,
-    tp: int,
-    dtype_bytes: int,
-    vllm_version: tuple[int, int] | None = None,
-    model_dtype_bytes: int = 2,
+    arch: ModelArchitecture, tp: int, dtype_bytes: int, vllm_version: tuple[int, int] | None, model_dtype_bytes: int
 ) -> int:
     """A full-attention layer's share of a token: Gemma 4's have their own head_dim and KV heads."""
     if arch.full_head_dim is None and arch.full_kv_heads is None:

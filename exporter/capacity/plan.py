@@ -367,10 +367,24 @@ def _kv_how(arch: ModelArchitecture, layout: KvLayout, tp: int, d: Deployment) -
         elements = layout.bytes_per_token_per_layer // dtype_bytes
         latent = f"{arch.mla.kv_lora_rank} + {arch.mla.qk_rope_head_dim}"
         head = f"MLA latent ({latent}) padded to {elements} (V0's 256-byte alignment) x {dtype_bytes} B"
+    if arch.full_head_dim is not None or arch.full_kv_heads is not None:
+        return _two_shapes_how(arch, layout, tp, head, dtype_bytes)
     layers = f"{layout.layers} layers"
     if layout.sliding_layers:
         layers += f" ({layout.sliding_layers} sliding, window {layout.sliding_window})"
     return f"{head} x {layers}"
+
+
+def _two_shapes_how(arch: ModelArchitecture, layout: KvLayout, tp: int, sliding_head: str, dtype_bytes: int) -> str:
+    """Gemma 4's full-attention layers have their own head_dim and KV heads, so each kind gets its own product."""
+    heads = max(1, (arch.full_kv_heads or arch.num_kv_heads) // tp)
+    full_head = f"2 x {heads} KV heads x {arch.full_head_dim or arch.head_dim} head_dim x {dtype_bytes} B"
+    parts = []
+    if layout.sliding_layers:
+        parts.append(f"{sliding_head} x {layout.sliding_layers} sliding layers (window {layout.sliding_window})")
+    if layout.full_layers:
+        parts.append(f"{full_head} x {layout.full_layers} full layers")
+    return " + ".join(parts)
 
 
 def _pool_how(pool: KvPool, d: Deployment) -> str:

@@ -275,3 +275,20 @@ def test_a_pipeline_stage_of_kv_shared_layers_alone_holds_no_pool():
     arch = _gemma4(num_kv_shared_layers=18)  # layers 12-29 read earlier layers' KV: PP 2's second stage keeps none
     result = plan(arch, GpuSpec("H100", 80 * GIB), Deployment(pipeline_parallel=2, max_model_len=4096))
     assert result.layout.layers == 12
+
+
+def test_the_breakdown_explains_each_kind_of_gemma4_layer_by_its_own_shape():
+    result = plan(_gemma4(), GpuSpec("H100", 80 * GIB), Deployment(max_model_len=4096))
+    (line,) = [b for b in result.breakdown if b.item == "KV bytes per token"]
+    assert line.bytes == 25 * (2 * 8 * 256 * 2) + 5 * (2 * 2 * 512 * 2)
+    assert line.how == (
+        "2 x 8 KV heads x 256 head_dim x 2 B x 25 sliding layers (window 1024)"
+        " + 2 x 2 KV heads x 512 head_dim x 2 B x 5 full layers"
+    )
+    # At TP 4 both kinds cost 1,024 B a token and layer, yet their shapes still differ.
+    result = plan(_gemma4(), GpuSpec("H100", 80 * GIB), Deployment(tensor_parallel=4, max_model_len=4096))
+    (line,) = [b for b in result.breakdown if b.item == "KV bytes per token"]
+    assert line.how == (
+        "2 x 2 KV heads x 256 head_dim x 2 B x 25 sliding layers (window 1024)"
+        " + 2 x 1 KV heads x 512 head_dim x 2 B x 5 full layers"
+    )

@@ -140,6 +140,14 @@ def test_the_largest_llava_next_image_is_the_base_tile_and_a_2_x_2_grid():
     assert vision.image_tokens == 576 + 48 * 48 + 48
 
 
+def test_a_nested_mistral_text_config_that_leaves_out_its_window_and_positions_gets_transformers_defaults():
+    # transformers' MistralConfig: sliding_window 4096, max_position_embeddings 4096 * 32 (what vLLM then reads).
+    text = dict(LLAVA_NEXT_MISTRAL_7B["text_config"])
+    del text["sliding_window"], text["max_position_embeddings"]
+    arch = from_hf_config({**LLAVA_NEXT_MISTRAL_7B, "text_config": text}, "config.json")
+    assert (arch.sliding_window, arch.max_position_embeddings) == (4096, 131072)
+
+
 def test_a_top_level_mistral_config_still_names_its_own_shape():
     config = dict(LLAVA_NEXT_MISTRAL_7B["text_config"])
     with pytest.raises(ModelConfigError, match="hidden_size"):
@@ -233,7 +241,7 @@ def test_qwen2_5_vl_on_an_l4_reserves_the_encoder_pass_and_its_range_holds_the_l
     # The dummy image (65,536 patches through 32 blocks of width 1280) outweighs the 2048-token text pass.
     assert result.activation_bytes > 3 * text_only.activation_bytes
     assert result.weights.per_gpu_bytes == pytest.approx(L4_LOG_WEIGHTS, rel=0.02)
-    # Issue 18 measured 72,656 tokens (2.1x the log) before the tower and the encoder pass were counted, 41,872
+    # The plan gave 72,656 tokens (2.1x the log) before the tower and the encoder pass were counted, 41,872
     # (+24%) before the pixels' float32 batch was.
     assert result.pool.tokens == pytest.approx(L4_LOG_TOKENS, rel=0.10)
     low, high = kv_cache_tokens_range(result)
