@@ -10,7 +10,8 @@ seconds after the first, and counting each from the first's arrival would read a
 
 "At its start" is the most replicas ready over the last `settle_seconds`: a replica whose poll failed once is
 missing from the count, and its return is no new replica. Demand already over capacity at the first reading is no
-crossing (when it crossed is unknown), so it starts no episode.
+crossing (when it crossed is unknown), so it starts no episode; nor is demand over it after a reading with no replica
+ready (a daemon that reached none of them read no demand, and it may have crossed at any time since).
 
 The caller owns the clock and passes each reading's time; only differences matter.
 """
@@ -76,8 +77,8 @@ class ScaleUp:
     settle_seconds: float  # how far back a ready replica still counts at an episode's start
     lags: Lags = field(default_factory=Lags)
     episode: Episode | None = None
-    armed: bool = False  # the last reading had demand at or under capacity: demand over it next is a crossing
-    seen: tuple[tuple[float, int], ...] = ()  # (time, ready) over the last settle_seconds, oldest first
+    armed: bool = False  # the last reading had replicas ready, with demand at or under capacity: over it next crosses
+    seen: tuple[tuple[float, int], ...] = ()  # (last time seen, ready) over the last settle_seconds, oldest first
 
     def observe(self, reading: FleetReading) -> "ScaleUp":
         """The state after `reading`. A reading with a NaN or infinite time or demand is ignored; one earlier than
@@ -88,17 +89,22 @@ class ScaleUp:
         if state.seen and reading.time < state.seen[-1][0]:
             state = replace(state, episode=None, armed=False, seen=())
         horizon = reading.time - state.settle_seconds
-        seen = (*(s for s in state.seen if s[0] >= horizon), (reading.time, reading.ready))
+        kept = tuple(s for s in state.seen if s[0] >= horizon)
+        # A run of one count keeps its latest time alone: as many entries as changes, not as publishes, in the window.
+        if kept and kept[-1][1] == reading.ready:
+            kept = kept[:-1]
+        seen = (*kept, (reading.time, reading.ready))
         over = reading.demand > reading.ready * state.capacity_per_replica
+        armed = reading.ready > 0 and not over
         episode, lags = state.episode, state.lags
         if episode is not None and reading.ready > episode.baseline:
             lags = lags.add(reading.time - episode.started)
-            return replace(state, lags=lags, episode=None, armed=not over, seen=seen)
+            return replace(state, lags=lags, episode=None, armed=armed, seen=seen)
         if episode is not None:
-            return replace(state, episode=episode if over else None, armed=not over, seen=seen)
+            return replace(state, episode=episode if over else None, armed=armed, seen=seen)
         if over and state.armed:
             episode = Episode(reading.time, max(ready for _, ready in seen))
-        return replace(state, episode=episode, armed=not over, seen=seen)
+        return replace(state, episode=episode, armed=armed, seen=seen)
 
     def pending_seconds(self, now: float) -> float:
         """How long the open episode has waited for a replica at `now`; 0 when there is none."""

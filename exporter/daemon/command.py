@@ -23,6 +23,7 @@ from exporter.config import (
     validate_listen,
     validate_url,
 )
+from exporter.sources.kubernetes import listed_where
 from exporter.target_model import model_problems
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -163,9 +164,6 @@ def _check_config(args: argparse.Namespace) -> int:
     if problems:
         raise ConfigError(problems)
     config = report.config
-    pods = ""
-    if config.kubernetes:
-        where = "across the cluster" if config.kubernetes.scope == "cluster" else f"on node {config.kubernetes.node}"
-        pods = f", pods {where}"
+    pods = f", pods {listed_where(config.kubernetes)}" if config.kubernetes else ""
     print(f"{config.source}: ok, {len(config.targets)} static targets{pods}, {len(config.slos)} SLOs")
     return EXIT_OK

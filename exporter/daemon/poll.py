@@ -64,7 +64,8 @@ PUBLISH_DELAY_SECONDS = 0.25
 # 200 targets, reading every page in a thread took 18% of a core against 15% inline.
 INLINE_PAGE_CHARS = 256 * 1024  # a file_sd file; a bigger one is refused like one that does not parse
 # A replica missing from this many poll intervals (a failed poll) still counts as ready when a scale-up lag episode
-# starts, so its return is no new replica.
+# starts, so its return is no new replica. The slowest target's interval: a failed poll keeps a target down until
+# its own next poll.
 SCALE_UP_SETTLE_POLLS = 3
 
 
@@ -393,7 +394,10 @@ class Daemon:
         return interval * (0.9 + 0.2 * self._rng.random())
 
     def _delay(self, target: Target) -> float:
-        return self._jittered(target.poll_interval_seconds or self.config.poll_interval_seconds)
+        return self._jittered(self._poll_interval(target))
+
+    def _poll_interval(self, target: Target) -> float:
+        return target.poll_interval_seconds or self.config.poll_interval_seconds
 
     def next_delay(self) -> float:
         return self._jittered(self.config.poll_interval_seconds)
@@ -419,7 +423,8 @@ class Daemon:
             if (state := self._states.get(t.name)) is not None
         )
         now = self._clock()
-        settle = SCALE_UP_SETTLE_POLLS * self.config.poll_interval_seconds
+        slowest = max((self._poll_interval(t) for t in targets), default=self.config.poll_interval_seconds)
+        settle = SCALE_UP_SETTLE_POLLS * slowest
         scale_ups, scale_up_states = scale_up.advance(self._scale_ups, self.config.autoscaling, states, now, settle)
         self._scale_ups = MappingProxyType(scale_ups)
         self.snapshot = Snapshot(
@@ -586,7 +591,7 @@ class Daemon:
         if reading.kv_cache_usage_ratio is not None:
             history = history.add(Point(now, reading.kv_cache_usage_ratio))
         histories[reading.instance] = history
-        interval = target.poll_interval_seconds or self.config.poll_interval_seconds
+        interval = self._poll_interval(target)
         eta = eta_seconds(history.points, self.config.saturation_kv_usage, now, min_span_seconds=3 * interval)
         slos = []
         for slo in self.config.slos:

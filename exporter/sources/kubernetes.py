@@ -40,6 +40,7 @@ from urllib.parse import urlencode
 import aiohttp
 
 from exporter.config import SCAN_PORTS, KubernetesDiscovery, Target, engine_problem, label_value
+from exporter.files import read_capped
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ _ANNOTATION_PREFIXES = ("plimsoll.io/", "prometheus.io/")
 _MAX_LIST_BYTES = 32 * 1024 * 1024  # all pages of one refresh together
 _PAGE_PODS = 500  # kubectl's page size: one page is one bounded API server request
 _MAX_PAGES = 200  # per namespace listed; a server that never stops handing out `continue` is refused
+_MAX_TOKEN_BYTES = 64 << 10  # a service-account token is a few kB; a file far larger is not the one meant
 # What the API server says becomes label values, YAML in generated files and text on a terminal: held to the rule
 # a config's target name, model and metrics path are held to, so a discovered pod can say no more than a config can.
 _TARGET_NAME = label_value("a target name")
@@ -149,6 +151,11 @@ def pod_targets(pod_list: Mapping[str, Any]) -> PodTargets:
     return PodTargets(tuple(targets), tuple(problems))
 
 
+def listed_where(settings: KubernetesDiscovery) -> str:
+    """Where the pods are listed, for log lines and check-config."""
+    return "across the cluster" if settings.scope == "cluster" else f"on node {settings.node}"
+
+
 class PodDiscovery:
     """The pods on this node (or, scope cluster, on every node) as targets, refreshed at most once per
     `settings.refresh_seconds`."""
@@ -177,10 +184,6 @@ class PodDiscovery:
         if not host or not port:
             return None
         return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-
-    def where(self) -> str:
-        """Where the pods are listed, for log lines."""
-        return "across the cluster" if self.settings.scope == "cluster" else f"on node {self.settings.node}"
 
     def list_urls(self, api: str) -> list[str]:
         """The first page's URL of each list (one per namespace, or one for all)."""
@@ -215,15 +218,16 @@ class PodDiscovery:
                 found.extend(listed.targets)
                 problems.extend(listed.problems)
         except (OSError, aiohttp.ClientError, TimeoutError, ValueError) as error:
-            self._fail(f"listing pods {self.where()} failed, keeping {len(self.targets)} targets: {error}")
+            where = listed_where(self.settings)
+            self._fail(f"listing pods {where} failed, keeping {len(self.targets)} targets: {error}")
             return
         if self._failing:
-            log.info("kubernetes: listing pods %s works again", self.where())
+            log.info("kubernetes: listing pods %s works again", listed_where(self.settings))
             self._failing = False
         for problem in problems:
             self._report(problem)
         if {t.name for t in found} != {t.name for t in self.targets}:
-            log.info("kubernetes: %d engine pods %s", len(found), self.where())
+            log.info("kubernetes: %d engine pods %s", len(found), listed_where(self.settings))
         self.targets = tuple(found)
 
     async def _pages(
@@ -250,7 +254,7 @@ class PodDiscovery:
         headers = {"Accept": "application/json"}
         token_file = Path(self.settings.token_file or SERVICE_ACCOUNT / "token")
         if token_file.exists():
-            headers["Authorization"] = f"Bearer {token_file.read_text().strip()}"
+            headers["Authorization"] = f"Bearer {_token(token_file)}"
         if not api.startswith("https://"):
             return headers, None
         ca_file = Path(self.settings.ca_file or SERVICE_ACCOUNT / "ca.crt")
@@ -266,6 +270,15 @@ class PodDiscovery:
         if message not in self._reported:
             self._reported.add(message)
             log.warning("kubernetes: %s", message)
+
+
+def _token(path: Path) -> str:
+    """The bearer token in `path`; a ValueError that names the file and never shows its bytes."""
+    name = "discovery.kubernetes.token_file"
+    data = read_capped(str(path), _MAX_TOKEN_BYTES, name, "not a token")
+    if not data.isascii():
+        raise ValueError(f"{name} {path}: not a token (not ASCII text)")
+    return data.decode().strip()
 
 
 async def _get_json(

@@ -46,6 +46,15 @@ def test_demand_over_capacity_at_the_first_reading_is_no_crossing() -> None:
     assert state.lags.recent == (120,)
 
 
+def test_demand_over_capacity_after_a_reading_with_no_replica_ready_is_no_crossing() -> None:
+    """A daemon that reached no replica (starting before its pod list, or cut off from every engine) read no demand:
+    demand over capacity once they answer may have crossed at any time in between."""
+    assert _fed([(0, 0, 0), (10, 15, 1), (100, 15, 2)]).lags.count == 0
+    assert _fed([(0, 5, 1), (10, 0, 0), (20, 15, 1), (100, 15, 2)]).lags.count == 0
+    # Back under capacity, the next rise over it is a crossing again.
+    assert _fed([(0, 0, 0), (10, 5, 1), (20, 15, 1), (100, 15, 2)]).lags.recent == (80,)
+
+
 def test_the_rest_of_one_scale_up_is_not_timed_from_the_first_replicas_arrival() -> None:
     """Demand for five replicas at once: the first arrives after 300 s, the others seconds later. Only the first
     answers the crossing; another needs demand to fall to capacity and rise again."""
@@ -66,6 +75,15 @@ def test_a_replica_whose_poll_failed_is_no_new_replica_when_it_returns() -> None
 def test_a_replica_gone_longer_than_the_settle_time_is_not_in_the_baseline() -> None:
     state = _fed([(0, 8, 2), (5, 8, 1), (60, 15, 1), (200, 15, 2)])
     assert state.lags.recent == (140,)
+
+
+def test_the_replicas_remembered_for_the_baseline_are_one_entry_per_change_not_per_reading() -> None:
+    """Readings four times a second over a long settle time: a steady count is one entry, however many readings."""
+    state = _fed(((t / 4, 5.0, 2) for t in range(4000)), ScaleUp(KNEE, 3600.0))
+    assert state.seen == ((999.75, 2),)
+    state = _fed([(1000, 5, 1), (1001, 5, 1), (1002, 25, 2)], state)
+    assert state.seen == ((999.75, 2), (1001, 1), (1002, 2))
+    assert state.episode is not None and state.episode.baseline == 2
 
 
 def test_replicas_going_down_during_an_episode_leave_it_open_until_more_than_at_its_start_are_ready() -> None:

@@ -134,3 +134,31 @@ def test_replicas_and_demand_are_read_from_the_models_up_targets_only() -> None:
     assert (model.model, model.ready_replicas, model.demand, model.capacity) == (MODEL, 1, 8, KNEE)
     assert model.pending_seconds == 0 and model.lags.count == 0
     assert without_knee == ()
+
+
+def test_a_slow_targets_failed_poll_is_no_new_replica_when_it_returns() -> None:
+    """A target polled once a minute stays down a minute after a failed poll. The episode's baseline counts replicas
+    ready over three of the slowest target's intervals, not the daemon's: the return answers nothing."""
+    first, second = EnginePage(CAPTURE, MODEL), EnginePage(CAPTURE, MODEL)
+    first.set(Load(2, 0))
+    second.set(Load(2, 0))
+    pages = {"first": first, "second": second}
+    now = [0.0]
+
+    async def steps(daemon: Daemon) -> Any:
+        async with aiohttp.ClientSession() as session:
+            await daemon.poll_once(session)  # two replicas, demand 4 of 8
+            now[0] = 10.0
+            del pages["second"]  # its poll fails
+            first.set(Load(5, 4))  # 9 over the one replica left
+            await daemon.poll_once(session)
+            now[0] = 20.0
+            pages["second"] = second  # back, with demand still over the two replicas' 8
+            return await daemon.poll_once(session)
+
+    with serving(pages) as base:
+        slow = Target("second", f"{base}/page/second", poll_interval_seconds=60.0)
+        daemon = Daemon(_config(Target("first", f"{base}/page/first"), slow), clock=lambda: now[0])
+        (model,) = asyncio.run(steps(daemon)).scale_up
+    assert (model.ready_replicas, model.demand) == (2, 11)
+    assert model.lags.count == 0 and model.pending_seconds == 10

@@ -2,6 +2,7 @@
 (tests/support/kubernetes_api.py). No real API server runs in these tests."""
 
 import asyncio
+import json
 import logging
 
 import aiohttp
@@ -10,6 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from exporter.config import ConfigError, KubernetesDiscovery, parse_config
+from exporter.sources import kubernetes
 from exporter.sources.kubernetes import PodDiscovery, pod_targets
 from tests.support.kubernetes_api import NODE, FakeApiServer, pod, pod_list
 
@@ -131,6 +133,22 @@ def test_refresh_lists_this_nodes_pods_with_the_service_account_token(tmp_path):
     assert api.requests == [("/api/v1/pods", query, "Bearer secret-token")]
 
 
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(b"secret-token" * 10000, "over 64 KiB; not a token"), (b"secret-\xfftoken", "not a token (not ASCII text)")],
+)
+def test_a_token_file_that_is_no_token_fails_the_refresh_without_showing_it(tmp_path, caplog, content, problem):
+    token = tmp_path / "token"
+    token.write_bytes(content)
+    api = FakeApiServer()
+    api.pods = pod_list(pod("llama-0", ports=(8000,)))
+    settings = KubernetesDiscovery(node=NODE, token_file=str(token))
+    with caplog.at_level(logging.WARNING):
+        assert _names_listed(settings, api) == []
+    assert f"discovery.kubernetes.token_file {token}: {problem}" in caplog.text and "secret" not in caplog.text
+    assert api.requests == []
+
+
 def test_namespaces_are_listed_one_by_one():
     api = FakeApiServer()
     settings = KubernetesDiscovery(node=NODE, namespaces=("team-a", "team-b"), token_file="/nonexistent")
@@ -250,6 +268,17 @@ def test_a_long_list_is_read_page_by_page():
     assert len(names) == 1201 and names[-1] == "inference/llama-1200"
     assert [query.get("continue") for _, query, _ in api.requests] == [None, "500", "1000"]
     assert all(query["limit"] == "500" for _, query, _ in api.requests)
+
+
+def test_the_byte_bound_holds_over_all_the_pages_of_one_refresh(monkeypatch, caplog):
+    """Each page is under the bound, the first two together over it: the refresh fails rather than hold them."""
+    api = FakeApiServer()
+    api.pods = pod_list(*(pod(f"llama-{i}", ports=(8000,)) for i in range(1201)))
+    monkeypatch.setattr(kubernetes, "_MAX_LIST_BYTES", len(json.dumps(api.pods)) // 2)
+    settings = KubernetesDiscovery(node="", scope="cluster", label_selector="app=vllm", token_file="/nonexistent")
+    with caplog.at_level(logging.WARNING):
+        assert _names_listed(settings, api) == []
+    assert len(api.requests) == 2 and "the pod lists of one refresh are over" in caplog.text
 
 
 def test_an_api_that_never_stops_paging_is_refused_and_the_last_targets_stay(caplog):
