@@ -7,10 +7,9 @@ import math
 from pathlib import Path
 
 from exporter.cli import main
+from tests.autoscale.week import replay_inputs
 
-STEP = 15
 SPAN = 6 * 3600
-KNEE = 10
 
 
 def _demand_at(time: int, burst: bool) -> float:
@@ -20,18 +19,14 @@ def _demand_at(time: int, burst: bool) -> float:
 
 def replay_tuned(tmp_path: Path, *, burst: bool = False, budget: str = "0.5%") -> Path:
     """The --out directory of the replay."""
-    demand = tmp_path / "day.csv"
-    rows = ["time,demand"] + [f"{time},{_demand_at(time, burst):.3f}" for time in range(0, SPAN + 1, STEP)]
-    demand.write_text("\n".join(rows) + "\n")
-    config = tmp_path / "plimsoll.yaml"
-    config.write_text(
-        "pricing:\n  gpu_hour:\n    H100-80GB: 2.5\n"
-        "autoscaling:\n  margin: 0.8\n  demand_window: 10m\n  workloads:\n"
-        "    - model: llama\n      name: vllm-llama\n      namespace: inference\n"
-        f"      min_replicas: 1\n      max_replicas: 30\n      startup: 120s\n      knee_concurrency: {KNEE}\n"
-        "      gpu: H100-80GB\n"
+    argv = replay_inputs(
+        tmp_path,
+        lambda time: _demand_at(time, burst),
+        SPAN,
+        model="llama",
+        name="vllm-llama",
+        max_replicas=30,
+        startup="120s",
     )
-    out = tmp_path / "replay"
-    argv = ["autoscale", "replay", "--config", str(config), "--demand", str(demand), "--out", str(out)]
     assert main([*argv, "--tune", "--overflow-budget", budget]) == 0
-    return out
+    return tmp_path / "replay"
