@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
@@ -233,7 +234,9 @@ def test_file_sd_targets_get_the_model_their_labels_name(tmp_path):
     assert instance.model_plan is not None and instance.model_plan.pool.tokens == 4096
 
 
-def test_pods_the_kubernetes_api_lists_on_this_node_are_polled_beside_static_targets():
+def _poll_with_pods(build: Callable[[str, str, FakeApiServer], Daemon]):
+    """One poll of the daemon `build` makes from the page server's base URL, the stand-in Kubernetes API's URL and
+    the API itself (to list its pods)."""
     api = FakeApiServer()
 
     async def go():
@@ -242,17 +245,23 @@ def test_pods_the_kubernetes_api_lists_on_this_node_are_polled_beside_static_tar
             TestServer(api.app(), host="127.0.0.1") as api_server,
             aiohttp.ClientSession() as session,
         ):
-            port = base.rsplit(":", 1)[1]
-            api.pods = pod_list(
-                pod("llama-0", ip="127.0.0.1", annotations={"plimsoll.io/port": port, "plimsoll.io/path": PEAK}),
-                pod("loading-0", ip="127.0.0.1", ports=(8000,), phase="Pending"),
-            )
-            settings = KubernetesDiscovery(node=NODE, api_url=str(api_server.make_url("")), token_file="/nonexistent")
-            static = Target(name="static", url=base + PEAK)
-            daemon = Daemon(Config(targets=(static,), kubernetes=settings, nvml=False, timeout_seconds=1.0))
-            return await daemon.poll_once(session)
+            return await build(base, str(api_server.make_url("")), api).poll_once(session)
 
-    states = _by_name(asyncio.run(go()))
+    return asyncio.run(go())
+
+
+def test_pods_the_kubernetes_api_lists_on_this_node_are_polled_beside_static_targets():
+    def build(base: str, api_url: str, api: FakeApiServer) -> Daemon:
+        port = base.rsplit(":", 1)[1]
+        api.pods = pod_list(
+            pod("llama-0", ip="127.0.0.1", annotations={"plimsoll.io/port": port, "plimsoll.io/path": PEAK}),
+            pod("loading-0", ip="127.0.0.1", ports=(8000,), phase="Pending"),
+        )
+        settings = KubernetesDiscovery(node=NODE, api_url=api_url, token_file="/nonexistent")
+        static = Target(name="static", url=base + PEAK)
+        return Daemon(Config(targets=(static,), kubernetes=settings, nvml=False, timeout_seconds=1.0))
+
+    states = _by_name(_poll_with_pods(build))
     assert set(states) == {"static", "inference/llama-0"}
     assert states["inference/llama-0"].up and states["inference/llama-0"].engine == "vllm"
     assert states["inference/llama-0"].target.source == "kubernetes"
@@ -260,30 +269,23 @@ def test_pods_the_kubernetes_api_lists_on_this_node_are_polled_beside_static_tar
 
 def _poll_pods_on_two_nodes(scope: str):
     """One pod on this node, one on another, both served here; NVML sees this process on GPU 0."""
-    api = FakeApiServer()
 
-    async def go():
-        async with (
-            page_server() as base,
-            TestServer(api.app(), host="127.0.0.1") as api_server,
-            aiohttp.ClientSession() as session,
-        ):
-            annotations = {"plimsoll.io/port": base.rsplit(":", 1)[1], "plimsoll.io/path": PEAK}
-            api.pods = pod_list(
-                pod("llama-0", ip="127.0.0.1", annotations=annotations),
-                pod("llama-1", ip="127.0.0.1", annotations=annotations, node="gpu-node-8"),
-            )
-            settings = KubernetesDiscovery(
-                node="" if scope == "cluster" else NODE,
-                scope=scope,
-                label_selector="app=vllm",
-                api_url=str(api_server.make_url("")),
-                token_file="/nonexistent",
-            )
-            daemon = Daemon(Config(kubernetes=settings, timeout_seconds=1.0), nvml=_TwoGpus())
-            return await daemon.poll_once(session)
+    def build(base: str, api_url: str, api: FakeApiServer) -> Daemon:
+        annotations = {"plimsoll.io/port": base.rsplit(":", 1)[1], "plimsoll.io/path": PEAK}
+        api.pods = pod_list(
+            pod("llama-0", ip="127.0.0.1", annotations=annotations),
+            pod("llama-1", ip="127.0.0.1", annotations=annotations, node="gpu-node-8"),
+        )
+        settings = KubernetesDiscovery(
+            node="" if scope == "cluster" else NODE,
+            scope=scope,
+            label_selector="app=vllm",
+            api_url=api_url,
+            token_file="/nonexistent",
+        )
+        return Daemon(Config(kubernetes=settings, timeout_seconds=1.0), nvml=_TwoGpus())
 
-    return asyncio.run(go())
+    return _poll_with_pods(build)
 
 
 def test_a_cluster_wide_daemon_polls_every_nodes_pods_and_gives_them_none_of_its_nodes_gpus():
