@@ -227,7 +227,7 @@ def observation(entry: dict[str, Any]) -> TermObservation:
     if predicted is not None and gib.get("weights_gib"):
         weights = (predicted.weights.per_gpu_bytes, gib["weights_gib"])
     if predicted is not None and gib.get("activation_peak_gib"):
-        activation = (predicted.activation_bytes, gib["activation_peak_gib"])
+        activation = (predicted.activation_passes.text, gib["activation_peak_gib"])
     stated = entry.get("vllm_version")
     return TermObservation(
         # a log that states no version counts only towards the all-versions fit, not towards V0's
@@ -248,11 +248,7 @@ def refit_plan(setup: Setup, fitted: FittedTerms) -> CapacityPlan:
     d = reference.deployment
     assert gpu is not None and d.gpu_memory_utilization is not None
     assert d.vllm_version is not None
-    # The scale is fitted to printed peaks that the text passes set (in every log, vision-language ones included),
-    # so it scales those passes; a vision tower's pass keeps its prediction and its own spread.
-    passes = replace(
-        reference.activation_passes, text=fitted.activation(reference.activation_passes.text, d.vllm_version)
-    )
+    passes = fitted.scaled(reference.activation_passes, d.vllm_version)
     activation = passes.peak
     non_torch = fitted.non_torch(reference.num_gpus)
     graphs = fitted.cuda_graph_bytes if reference.cuda_graph_bytes else 0

@@ -1,9 +1,10 @@
 """Fits the capacity model's overhead terms to what real startup logs printed, and measures how far they miss.
 
 The fitted terms are non-torch memory (one value at one GPU, one per GPU above), vLLM's CUDA-graph estimate, and
-a per-version scale on the activation peak that `activation.activation_passes` predicts from the model's shape
-(1.0 where the shipped constants already match the logs). Each is the median of what the logs printed: medians,
-because a few logs per source disagree by a factor (one harness's activation figures, V0's non-torch memory).
+a per-version scale on the text passes of the activation peak that `activation.activation_passes` predicts from the
+model's shape (1.0 where the shipped constants already match the logs; a vision tower's pass is never scaled).
+Each is the median of what the logs printed: medians, because a few logs per source disagree by a factor (one
+harness's activation figures, V0's non-torch memory).
 The bench fits them on all logs (to check the constants in `assumptions`) and on all sources but one (to score
 the left-out source honestly); `term_spreads` turns the misses into the ranges `uncertainty` gives every plan.
 """
@@ -11,8 +12,9 @@ the left-out source honestly); `term_spreads` turns the misses into the ranges `
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from exporter.capacity.activation import ActivationPasses
 from exporter.capacity.uncertainty import UNQUANTIZED, Spread, TermSpreads, Version
 from exporter.core.units import GIB
 
@@ -28,7 +30,7 @@ class TermObservation:
     version: Version | None  # None where the log does not say
     gpus: int  # tensor x pipeline parallel
     non_torch_bytes: int | None = None
-    activation_bytes: tuple[int, int] | None = None  # (predicted from the shape, unscaled; logged)
+    activation_bytes: tuple[int, int] | None = None  # (the text passes predicted from the shape, unscaled; logged)
     weights_bytes: tuple[int, int] | None = None  # (predicted, logged)
     cuda_graph_bytes: int | None = None  # vLLM's own printed estimate
     weights_format: str = UNQUANTIZED  # uncertainty.weights_format of the checkpoint
@@ -51,6 +53,11 @@ class FittedTerms:
         if version is not None:
             scale = dict(self.activation_scale_by_version).get(version, scale)
         return round(predicted_bytes * scale)
+
+    def scaled(self, passes: ActivationPasses, version: Version | None) -> ActivationPasses:
+        """The profiling run's passes as these terms predict them: the scale on the text passes only, since it is
+        fitted to peaks the text passes set; a vision tower's pass keeps its prediction and its own spread."""
+        return replace(passes, text=self.activation(passes.text, version))
 
 
 class FitError(ValueError):
@@ -75,7 +82,14 @@ def fit_terms(observations: Sequence[TermObservation]) -> FittedTerms:
     single = [o.non_torch_bytes for o in observations if o.non_torch_bytes is not None and o.gpus == 1]
     multi = [o.non_torch_bytes for o in observations if o.non_torch_bytes is not None and o.gpus > 1]
     graphs = [o.cuda_graph_bytes for o in observations if o.cuda_graph_bytes is not None]
-    ratios = [(o.version, o.activation_bytes[1] / o.activation_bytes[0]) for o in observations if o.activation_bytes]
+    # A log whose vision tower is predicted to set the peak measures the tower, not the text passes the scale is for.
+    ratios = [
+        (o.version, logged / text)
+        for o in observations
+        if o.activation_bytes
+        for text, logged in [o.activation_bytes]
+        if text >= o.encoder_pass_bytes
+    ]
     return FittedTerms(
         non_torch_single_gpu_bytes=round(_median(single, "non-torch memory at one GPU")),
         non_torch_multi_gpu_bytes=round(_median(multi, "non-torch memory at more than one GPU")),
@@ -115,25 +129,23 @@ def term_spreads(observations: Sequence[TermObservation], fitted: FittedTerms) -
         if o.weights_bytes:
             predicted, logged = o.weights_bytes
             weights_by_format.setdefault(o.weights_format, []).append(logged / predicted - 1)
-    activation = [
-        (o.version, logged / fitted.activation(predicted, o.version) - 1)
+    # Each printed peak beside the passes the fitted terms predict (`FittedTerms.scaled`, as the bench's refit plans
+    # do): the text passes' miss where they set the peak, and a vision-language log's miss, in units of its tower's
+    # predicted pass, for the tower's own spread.
+    peaks = [
+        (o.version, fitted.scaled(ActivationPasses(text, o.encoder_pass_bytes), o.version), logged)
         for o in observations
         if o.activation_bytes
-        for predicted, logged in [o.activation_bytes]
+        for text, logged in [o.activation_bytes]
     ]
+    activation = [(v, logged / passes.peak - 1) for v, passes, logged in peaks if passes.text >= passes.encoder]
+    encoder = [(logged - passes.peak) / passes.encoder for _, passes, logged in peaks if passes.encoder]
     non_torch = [
         (o.gpus > 1, o.version, o.non_torch_bytes - fitted.non_torch(o.gpus))
         for o in observations
         if o.non_torch_bytes is not None
     ]
     graphs = [o.cuda_graph_bytes - fitted.cuda_graph_bytes for o in observations if o.cuda_graph_bytes is not None]
-    # A vision-language log's activation miss, in units of its tower's predicted pass: the tower's own spread.
-    encoder = [
-        (logged - fitted.activation(predicted, o.version)) / o.encoder_pass_bytes
-        for o in observations
-        if o.activation_bytes and o.encoder_pass_bytes
-        for predicted, logged in [o.activation_bytes]
-    ]
     non_torch_by_version = [
         ((multi, version), spread(errors, _bytes))
         for multi in (False, True)

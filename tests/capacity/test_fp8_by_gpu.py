@@ -25,6 +25,7 @@ def test_every_gpu_preset_names_its_compute_capability():
     ("gpu", "capability", "weights", "kv"),
     [
         ("H100", (9, 0), Fp8Weights.HARDWARE, True),
+        ("H800", (9, 0), Fp8Weights.HARDWARE, True),
         ("B200", (10, 0), Fp8Weights.HARDWARE, True),
         ("L40S", (8, 9), Fp8Weights.HARDWARE, True),
         ("MI300X", (9, 4), Fp8Weights.HARDWARE, True),
@@ -36,6 +37,14 @@ def test_every_gpu_preset_names_its_compute_capability():
 def test_the_fp8_paths_follow_the_compute_capability(gpu, capability, weights, kv):
     spec = find_gpu(gpu)
     assert (spec.compute_capability, spec.fp8_weights, spec.fp8_kv_cache) == (capability, weights, kv)
+
+
+# The H800 (the H100's export variant) as nvidia-smi and NVML print it: its own CUDA total, not the H100's.
+@pytest.mark.parametrize("printed", ["NVIDIA H800", "nvidia h800 80gb hbm3"])
+def test_plan_on_an_h800_uses_its_own_cuda_total(capsys, printed):
+    assert main(["plan", "--model", "llama-3.1-8b", "--gpu", printed, "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["gpu"], result["gpu_memory_bytes"]) == ("H800", round(79.11 * GIB))
 
 
 def test_volta_has_no_fp8_path_and_is_offered_none():

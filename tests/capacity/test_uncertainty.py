@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from bench import model_accuracy
 from exporter.capacity.deployment import Deployment
-from exporter.capacity.fit import FitError, spread, term_spreads
+from exporter.capacity.fit import FitError, TermObservation, fit_terms, spread, term_spreads
 from exporter.capacity.plan import plan
 from exporter.capacity.quantization import from_config
 from exporter.capacity.uncertainty import SHIPPED_SPREADS, kv_cache_tokens_range
@@ -143,3 +143,34 @@ def test_without_a_vision_language_log_the_tower_is_as_unsure_as_the_activation_
     spreads = term_spreads(text_only, model_accuracy.SHIPPED_TERMS)
     assert spreads.encoder is None
     assert spreads.encoder_pass() == spreads.activation
+
+
+def test_the_spreads_read_a_vision_language_log_against_the_peak_its_refit_plan_predicts():
+    # At half the text scale Gemma 3's tower pass (3.38 GiB) sets its predicted peak, not its text passes (3.92 GiB
+    # unscaled), while Llama 4 Scout's text passes still set its own. The text spread and the tower's must read each
+    # log against the peak the bench's refit plan predicts for it, which scales the text passes only.
+    fitted = replace(model_accuracy.SHIPPED_TERMS, activation_scale_by_version=(((0, 19), 0.5),))
+    entries = [
+        ENTRIES_BY_ID["gemma3-27b-h100-tp1-v0190-llmdplanner"],
+        ENTRIES_BY_ID["llama4-scout-h100-tp4-v0190-llmdplanner"],
+    ]
+    gemma, scout = refits = [model_accuracy.refit_plan(model_accuracy._setup(e), fitted) for e in entries]
+    assert gemma.activation_passes.encoder > gemma.activation_passes.text
+    assert scout.activation_passes.text > scout.activation_passes.encoder
+    logged = [round(e["observed"]["activation_peak_gib"] * GIB) for e in entries]
+    spreads = term_spreads([model_accuracy.observation(e) for e in entries], fitted)
+
+    def thousandths(value: float) -> float:
+        return round(value, 3)
+
+    assert spreads.activation == spread([logged[1] / scout.activation_bytes - 1], thousandths)
+    tower_misses = [
+        (seen - r.activation_bytes) / r.activation_passes.encoder for seen, r in zip(logged, refits, strict=True)
+    ]
+    assert spreads.encoder == spread(tower_misses, thousandths)
+
+
+def test_a_log_whose_tower_sets_the_predicted_peak_leaves_the_text_scale_alone():
+    observations = [model_accuracy.observation(e) for e in ENTRIES]
+    tower_sets_it = TermObservation((0, 19), 1, activation_bytes=(GIB, 4 * GIB), encoder_pass_bytes=4 * GIB)
+    assert fit_terms([*observations, *[tower_sets_it] * 50]) == fit_terms(observations)
