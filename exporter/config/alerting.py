@@ -25,6 +25,10 @@ _ALERTING_FIELDS = (
 # starting and ending alphanumeric. Values are the same without the prefix, and may be empty.
 _LABEL_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+# What Python's regex engine takes and Prometheus' (RE2) refuses, making it refuse the whole rule file: a "(?" group
+# other than (?P<name>...) and the flags i, m and s (lookarounds, atomic, conditional, comments, (?x)), and a
+# possessive quantifier (*+, ++, ?+, {n}+).
+_NOT_RE2 = re.compile(r"\(\?(?!P<|[ims-]*[:)])|[*+?}]\+")
 
 
 def _runbook_url(value: Any) -> str:
@@ -55,6 +59,13 @@ def _job_regex(value: Any) -> str:
         re.compile(text)
     except re.error as error:
         raise ValueError(f"{shown(text)} is not a regex ({error})") from None
+    if _NOT_RE2.search(text):
+        raise ValueError(
+            f"{shown(text)} uses regex syntax Prometheus lacks (lookarounds, atomic or conditional groups, "
+            "possessive quantifiers, flags other than i, m and s)"
+        )
+    if "{{" in text:  # quoted in PlimsollExporterAbsent's description, which Prometheus expands as a Go template
+        raise ValueError(f"{shown(text)} holds {{{{: Prometheus would read it as a template; write [{{][{{]")
     return text
 
 

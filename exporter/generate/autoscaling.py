@@ -74,7 +74,9 @@ class Signal:
 
 
 def _number(value: float) -> str:
-    return f"{round(value, 3):g}"
+    """Never in exponent form: KEDA's trigger metadata must be text, and a YAML 1.1 reader (kubectl's) takes a
+    plain 1e+06 for a number, which the ScaledObject's schema refuses."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
 def _metric_name(workload: ScaledWorkload, signal: str) -> str:
@@ -446,15 +448,19 @@ def _behavior_problems(field: str, scaling: dict[str, Any]) -> list[str]:
 
 
 def _slower(down: dict[str, Any], up: dict[str, Any]) -> bool:
-    """Whether scale-down reacts sooner than scale-up (the HPA's defaults where a field is unset); the fields are
-    numbers where set (`_behavior_problems` checks first)."""
+    """Whether scale-down reacts sooner than scale-up (the HPA's defaults where a field is unset: absent, or null as
+    Kubernetes reads it); the fields are numbers where set (`_behavior_problems` checks first)."""
+
+    def field(rules: dict[str, Any], key: str, default: float) -> float:
+        value = rules.get(key)
+        return default if value is None else float(value)
 
     def shortest_period(rules: dict[str, Any]) -> float:
-        periods = [_mapping(policy).get("periodSeconds", 15) for policy in _list(rules.get("policies"))]
+        periods = [field(_mapping(policy), "periodSeconds", 15) for policy in _list(rules.get("policies"))]
         return min(periods, default=15)
 
-    down_window = down.get("stabilizationWindowSeconds", 300)
-    return down_window < up.get("stabilizationWindowSeconds", 0) or shortest_period(down) < shortest_period(up)
+    down_window = field(down, "stabilizationWindowSeconds", 300)
+    return down_window < field(up, "stabilizationWindowSeconds", 0) or shortest_period(down) < shortest_period(up)
 
 
 def _workload_documents(
@@ -488,21 +494,37 @@ def _workload_documents(
     return [keda, hpa], signals
 
 
+def _check_unique_names(workloads: Sequence[ScaledWorkload]) -> None:
+    """Raises ConfigError where two workloads would share a scaler file or an external metric: the files are named
+    after the workload, and the metrics after its namespace and name with each run of characters other than a-z and
+    0-9 an underscore, so inference/llama.8b and inference/llama-8b would read each other's demand."""
+    files: dict[str, int] = {}
+    metrics: dict[str, int] = {}
+    for index, workload in enumerate(workloads):
+        field = f"autoscaling.workloads[{index}].name: {workload.name!r}"
+        metric = _metric_name(workload, "demand")
+        if workload.name in files:
+            problem = (
+                f"{field} is also autoscaling.workloads[{files[workload.name]}]'s: the scalers and their files are "
+                "named after the workload; rename one"
+            )
+        elif metric in metrics:
+            problem = (
+                f"{field} in namespace {workload.namespace} gives the external metric names of autoscaling.workloads"
+                f"[{metrics[metric]}] ({metric}): each HPA would read the other's; rename one"
+            )
+        else:
+            files[workload.name], metrics[metric] = index, index
+            continue
+        raise ConfigError([problem])
+
+
 def artifacts(config: Config) -> list[Artifact]:
     autoscaling = config.autoscaling
     if autoscaling is None:
         return []
     check_model_labels(autoscaling)
-    names: dict[str, int] = {}
-    for index, workload in enumerate(autoscaling.workloads):
-        if workload.name in names:
-            raise ConfigError(
-                [
-                    f"autoscaling.workloads[{index}].name: {workload.name!r} is also autoscaling.workloads"
-                    f"[{names[workload.name]}]'s: the scalers and their files are named after the workload; rename one"
-                ]
-            )
-        names[workload.name] = index
+    _check_unique_names(autoscaling.workloads)
     documents: list[_Document] = []
     signals: list[Signal] = []
     for workload in autoscaling.workloads:

@@ -4,12 +4,14 @@ config generates and lints the scaler files as they are on disk.
 """
 
 import argparse
+import errno
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from exporter.cli_args import EXIT_OK, Formatter, Subcommands, env_twin
 from exporter.config import Config, ConfigError, load_config, read_config_text
+from exporter.display import shown
 from exporter.files import read_regular_file, write_atomically
 from exporter.generate import autoscaling, monitors, rules
 from exporter.generate.artifact import Artifact
@@ -31,14 +33,20 @@ def artifacts(config: Config) -> list[Artifact]:
 
 
 def write(items: Iterable[Artifact], out: Path) -> list[Path]:
-    """Each artifact under `out`, atomically and readable by all (Prometheus and Grafana must read them)."""
-    written = []
-    for item in items:
-        target = out / item.path
+    """Each artifact under `out`, atomically and readable by all (Prometheus and Grafana must read them). Every
+    folder is made and every target checked before the first file is written, so a target that is a folder stops
+    the run with the files as they were, not with some of them from the new config and the rest from the old."""
+    targets = [(out / item.path, item.text) for item in items]
+    for target, _ in targets:
         target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(target, item.text)
-        written.append(target)
-    return written
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "a folder is in the way of the file", str(target))
+    for target, text in targets:
+        try:
+            write_atomically(target, text)
+        except OSError as error:  # it names the temporary file beside the target; the user knows the target
+            raise OSError(error.errno, error.strerror, str(target)) from error
+    return [target for target, _ in targets]
 
 
 def stale(items: Iterable[Artifact], out: Path) -> list[str]:
@@ -110,11 +118,11 @@ def _generate(args: argparse.Namespace) -> int:
         source = f"--config {args.config} " if args.config else ""
         for path in differing:
             print(f"stale: {out / path} (regenerate: plimsoll generate {source}--out {out})")
-        scalers = lint_scalers(config, out)
+        scalers = lint_scalers(config, out)  # its lines quote file names and what the files say
         for line in scalers.skipped:
-            print(f"skipped: {line}")
+            print(f"skipped: {shown(line)}")
         for problem in scalers.problems:
-            print(f"lint: {problem}")
+            print(f"lint: {shown(problem)}")
         return 1 if differing or scalers.problems else EXIT_OK
     try:
         written = write(items, out)

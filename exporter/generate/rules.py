@@ -1,8 +1,7 @@
 """Prometheus recording and alerting rules built from the config: pure functions, deterministic text.
 
 `artifacts(config)` returns the rule file (`rules/plimsoll.rules.yaml`) and the same groups as a prometheus-operator
-`PrometheusRule` (`deploy/kubernetes/prometheusrule.yaml`); `expressions(config)` lists every rule's expression,
-for the test that runs them against a real Prometheus.
+`PrometheusRule` (`deploy/kubernetes/prometheusrule.yaml`).
 
 What comes from the config: each SLO's latency threshold and objective and the SLO period (the burn-rate factors,
 derived by `exporter.core.slo.burn_rate_factors`), the KV-usage saturation threshold and the lead time, and the
@@ -508,15 +507,6 @@ def groups(config: Config) -> list[dict[str, Any]]:
     if config.gpu_hour_prices:
         found.append(_cost_group(config.autoscaling))
     return found
-
-
-def expressions(config: Config) -> list[tuple[str, str, str]]:
-    """(group, rule name, expression) for every recording and alerting rule."""
-    return [
-        (group["name"], rule.get("record") or rule["alert"], rule["expr"])
-        for group in groups(config)
-        for rule in group["rules"]
-    ]
 
 
 class _Dumper(yaml.SafeDumper):

@@ -128,6 +128,18 @@ def test_queue_trigger_is_the_fleet_s_queue_over_one_above_what_a_replica_tolera
     assert unset["metadata"]["threshold"] == "1"  # saturation.queue unset: any request waiting is past the knee
 
 
+def test_a_large_threshold_is_written_without_an_exponent_that_kubectl_would_read_as_a_number():
+    (item,) = [
+        item
+        for item in autoscaling.artifacts(_config(_workload(knee_concurrency=2_000_000), saturation_queue=1e7))
+        if item.path.endswith("-scaledobject.yaml")
+    ]
+    assert "e+" not in item.text
+    (demand, queue) = yaml.safe_load(item.text)["spec"]["triggers"]
+    assert demand["metadata"]["threshold"] == "1600000"
+    assert (queue["metadata"]["threshold"], queue["metadata"]["activationThreshold"]) == ("10000001", "10000000")
+
+
 def test_scaled_object_uses_only_fields_of_kedas_documented_spec():
     document = _scaled_object(_config())
     assert (document["apiVersion"], document["kind"]) == ("keda.sh/v1alpha1", "ScaledObject")
@@ -273,6 +285,17 @@ def test_generate_refuses_two_workloads_of_one_name_whose_scalers_would_overwrit
         autoscaling.artifacts(_config(_workload(), _workload(namespace="other", model="Qwen/Qwen2.5-7B")))
     (problem,) = raised.value.problems
     assert problem.startswith("autoscaling.workloads[1].name: 'vllm-llama-8b' is also autoscaling.workloads[0]'s")
+
+
+def test_generate_refuses_two_workloads_whose_hpas_would_read_one_external_metric():
+    dotted = _workload(name="vllm.llama-8b", model="Qwen/Qwen2.5-7B")
+    with pytest.raises(ConfigError) as raised:
+        autoscaling.artifacts(_config(_workload(name="vllm-llama-8b"), dotted))
+    (problem,) = raised.value.problems
+    assert problem.startswith(
+        "autoscaling.workloads[1].name: 'vllm.llama-8b' in namespace inference gives the external metric names of "
+        "autoscaling.workloads[0] (plimsoll_demand_inference_vllm_llama_8b)"
+    )
 
 
 def test_committed_scalers_are_current_lint_clean_and_the_hpas_valid_kubernetes():

@@ -2,6 +2,10 @@
 
 import os
 import stat
+import subprocess
+import sys
+
+import pytest
 
 from exporter.cli import main
 from exporter.generate import command as generate
@@ -55,6 +59,32 @@ def test_an_out_that_cannot_be_written_under_is_named_without_a_traceback(tmp_pa
     assert captured.out == ""
 
 
+def test_a_folder_where_a_file_goes_is_named_and_no_file_is_written(tmp_path, capsys):
+    in_the_way = tmp_path / "dashboards" / "plimsoll-capacity-plan.json"  # the last file generate writes
+    in_the_way.mkdir(parents=True)
+    assert main(["generate", "--config", str(EXAMPLE), "--out", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"plimsoll generate: --out {tmp_path}: cannot write {in_the_way} (a folder is in the way of the file)\n"
+    )
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_two_runs_under_different_hash_seeds_write_identical_bytes(tmp_path):
+    """String hashing, and so the order of any set or dict built from one, changes from process to process."""
+    for seed in ("1", "2"):
+        subprocess.run(
+            [sys.executable, "-m", "exporter", "generate", "--config", str(EXAMPLE), "--out", str(tmp_path / seed)],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    first = {p.relative_to(tmp_path / "1"): p.read_bytes() for p in (tmp_path / "1").rglob("*") if p.is_file()}
+    second = {p.relative_to(tmp_path / "2"): p.read_bytes() for p in (tmp_path / "2").rglob("*") if p.is_file()}
+    assert first and first == second
+
+
 def test_committed_artifacts_are_current():
     assert main(["generate", "--config", str(EXAMPLE), "--out", str(TESTS.parent), "--check"]) == 0
 
@@ -85,6 +115,25 @@ def test_a_bad_alerting_value_is_named_and_nothing_is_written(tmp_path, capsys):
     config.write_text("alerting: {capacity_drift_ratio: 2}\n")
     assert main(["generate", "--config", str(config), "--out", str(tmp_path / "out")]) != 0
     assert "alerting.capacity_drift_ratio: 2 is not a ratio between 0 and 1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+# Each compiles in Python and made Prometheus refuse the whole rule file (promtool 2.42: "invalid or unsupported Perl
+# syntax", "invalid nested repetition operator", and for {{ a template error in PlimsollExporterAbsent's description).
+@pytest.mark.parametrize(
+    ("job", "reason"),
+    [
+        ("(?!test).*plimsoll", "uses regex syntax Prometheus lacks"),
+        ("(?x)plimsoll", "uses regex syntax Prometheus lacks"),
+        (".*plimsoll.*+", "uses regex syntax Prometheus lacks"),
+        ("plim{{soll}}", "holds {{: Prometheus would read it as a template"),
+    ],
+)
+def test_an_exporter_job_prometheus_would_refuse_is_named_and_nothing_is_written(tmp_path, capsys, job, reason):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"alerting: {{exporter_job: '{job}'}}\n")
+    assert main(["generate", "--config", str(config), "--out", str(tmp_path / "out")]) != 0
+    assert f"alerting.exporter_job: {job!r} {reason}" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
@@ -197,4 +246,33 @@ def test_check_names_fields_a_hand_edit_made_the_wrong_type_without_a_traceback(
         f"lint: {odd}: ScaledObject odd: spec.minReplicaCount: 'two' is not a number of replicas",
         f"lint: {odd}: ScaledObject odd: spec.advanced.horizontalPodAutoscalerConfig.behavior.scaleDown.policies[0]"
         ".periodSeconds: '1m' is not a number of seconds",
+    ]
+
+
+def test_check_reads_a_null_behavior_field_as_unset_as_kubernetes_does(tmp_path, capsys):
+    main(["generate", "--config", str(EXAMPLE), "--out", str(tmp_path)])
+    nulls = tmp_path / SCALERS / "nulls-hpa.yaml"
+    nulls.write_text(
+        "kind: HorizontalPodAutoscaler\nmetadata: {name: nulls}\nspec:\n  maxReplicas: 4\n  behavior:\n"
+        "    scaleUp: {stabilizationWindowSeconds: null, policies: [{periodSeconds: ~}]}\n"
+        "    scaleDown: {stabilizationWindowSeconds: 60, policies: [{periodSeconds: 10}]}\n"
+    )
+    status, lines = _check(tmp_path, capsys)
+    assert status == 1
+    # Unset, scale-up's policy period is the HPA's 15 s: scale-down's 10 s reacts sooner.
+    assert lines == [
+        f"lint: {nulls}: HorizontalPodAutoscaler nulls: spec.behavior.scaleDown: reacts faster than scaleUp (shorter "
+        "stabilization or policy period): the fleet shrinks before it can grow back, and a start-up later the SLO burns"
+    ]
+
+
+def test_check_writes_terminal_escapes_from_a_scaler_file_as_text(tmp_path, capsys):
+    main(["generate", "--config", str(EXAMPLE), "--out", str(tmp_path)])
+    evil = tmp_path / SCALERS / "evil.yaml"
+    evil.write_text('kind: ScaledObject\nmetadata: {name: "\\e]0;pwned\\a\\e[2J"}\nspec: {minReplicaCount: 500}\n')
+    status, lines = _check(tmp_path, capsys)
+    assert status == 1
+    assert lines == [
+        f"lint: {evil}: ScaledObject \\x1b]0;pwned\\x07\\x1b[2J: spec.minReplicaCount: min replicas 500 above max "
+        "replicas 100: the scaler is refused or pinned"
     ]

@@ -21,6 +21,7 @@ from exporter.generate.rules import saturation_gate_ratio
 from exporter.scaling import DEMAND_RECORD
 from exporter.sources.nvml import NvmlSnapshot
 from tests.generate.conftest import promtool_rule_tests
+from tests.generate.queries import panel_queries, render
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "plimsoll.example.yaml"
@@ -189,7 +190,7 @@ def test_queries_use_only_metric_names_the_daemon_exports_or_the_generated_rules
     exported = exported_metric_names() | recorded_names(example)
     assert {"plimsoll_kv_cache_usage_ratio", "plimsoll_preemptions_total", "plimsoll_build_info"} <= exported
     engine_native = set()
-    for dashboard, title, expr in dashboards.queries(example):
+    for dashboard, title, expr in panel_queries(example):
         unknown = metric_names(expr) - exported - PROMETHEUS_SERIES
         if title == dashboards.ENGINE_HISTOGRAM_PANEL:
             assert all(name.startswith("vllm:") for name in unknown), expr
@@ -211,7 +212,7 @@ def test_metric_name_parser_finds_names_and_skips_labels_and_functions():
 
 
 def test_queries_list_every_query_of_every_panel_and_render_substitutes_the_variables(example):
-    listed = dashboards.queries(example)
+    listed = panel_queries(example)
     expected = [
         (dashboard["title"], panel["title"], expr)
         for dashboard in built(example).values()
@@ -220,11 +221,11 @@ def test_queries_list_every_query_of_every_panel_and_render_substitutes_the_vari
     ]
     assert listed == expected
     for _, _, expr in listed:
-        rendered = dashboards.render(expr)
+        rendered = render(expr)
         assert "$" not in rendered
         assert "[$__rate_interval]" not in rendered
-    assert dashboards.render('up{instance=~"$node"}[$__rate_interval]') == 'up{instance=~".*"}[5m]'
-    assert dashboards.render('x{model=~"$model"}', {"model": "llama"}) == 'x{model=~"llama"}'
+    assert render('up{instance=~"$node"}[$__rate_interval]') == 'up{instance=~".*"}[5m]'
+    assert render('x{model=~"$model"}', {"model": "llama"}) == 'x{model=~"llama"}'
 
 
 def test_slo_latency_thresholds_are_drawn_as_lines_and_follow_the_config(example):
@@ -546,9 +547,7 @@ def test_scale_up_lag_quantiles_are_those_of_the_lags_measured_in_the_range(exam
         }
         for le, bound in [*((f"{b:.1f}", b) for b in LAG_BUCKETS), ("+Inf", math.inf)]
     ]
-    median, p90 = (
-        dashboards.render(e, {"__range": "1h"}) for e in queries_of(panel_titled(example, SCALE_UP_PANELS[0]))
-    )
+    median, p90 = (render(e, {"__range": "1h"}) for e in queries_of(panel_titled(example, SCALE_UP_PANELS[0])))
     # Interpolated within the bucket, as histogram_quantile does: rank 2 of 4 ends (30, 60]; rank 3.6 is 60% into
     # (300, 600].
     tests = [

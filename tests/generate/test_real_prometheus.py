@@ -43,6 +43,7 @@ import yaml
 
 from exporter.config import Config, load_config
 from exporter.generate import dashboards, rules
+from tests.generate.queries import panel_queries, render, rule_expressions
 from tests.support.prometheus import (
     Alertmanager,
     NotReady,
@@ -206,7 +207,7 @@ def _panel_id(dashboard: str, panel: str, index: int) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", f"{dashboard.removeprefix('Plimsoll / ')}-{panel}").strip("-") + f"-{index}"
 
 
-PANEL_QUERIES = dashboards.queries(load_config(EXAMPLE_CONFIG))
+PANEL_QUERIES = panel_queries(load_config(EXAMPLE_CONFIG))
 # No replica is added in the recorded fleet, so no scale-up lag is measured: the lag histogram of each workload the
 # daemons time is there with every bucket at 0, and its quantiles are NaN (the panel shows no value).
 SCALE_UP_LAG_PANEL = "Scale-up lag per model (over the time range)"
@@ -219,7 +220,7 @@ SCALE_UP_LAG_PANEL = "Scale-up lag per model (over the time range)"
 )
 def test_every_panel_query_parses_and_returns_data(stack, panel_query):
     dashboard, panel, expr = panel_query
-    query = dashboards.render(expr)
+    query = render(expr)
     if panel == SCALE_UP_LAG_PANEL:
         assert stack.config.autoscaling is not None
         timed = {w.model for w in stack.config.autoscaling.workloads if w.knee_concurrency is not None}
@@ -251,11 +252,11 @@ def test_prometheus_loads_every_generated_rule_and_evaluates_it_without_error(st
 
     loaded = wait_until(evaluated, DATA_TIMEOUT_S, "every rule evaluated once")
     # The API lists groups by name; within a group, rules keep the file's order.
-    assert sorted(r["name"] for r in loaded) == sorted(name for _, name, _ in rules.expressions(stack.config))
+    assert sorted(r["name"] for r in loaded) == sorted(name for _, name, _ in rule_expressions(stack.config))
     assert [r.get("lastError", "") for r in loaded if r["health"] != "ok"] == []
 
 
-RULE_EXPRESSIONS = rules.expressions(load_config(EXAMPLE_CONFIG))
+RULE_EXPRESSIONS = rule_expressions(load_config(EXAMPLE_CONFIG))
 RECORDING = [(group, name, expr) for group, name, expr in RULE_EXPRESSIONS if ":" in name]
 ALERTING = [(group, name, expr) for group, name, expr in RULE_EXPRESSIONS if ":" not in name]
 

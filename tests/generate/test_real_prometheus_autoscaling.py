@@ -40,6 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.config import Config, ScaledWorkload, load_config
 from exporter.generate import autoscaling, rules
 from exporter.scaling import DEMAND_RECORD
+from tests.generate.queries import rule_expressions
 from tests.support.daemon_process import DaemonProcess, running_daemon
 from tests.support.engine_pages import IDLE, EnginePage, Load, serving
 from tests.support.prometheus import NotReady, Prometheus, prometheus_config, running_prometheus, wait_until
@@ -302,7 +303,7 @@ def test_prometheus_evaluates_every_generated_rule_without_error(stack):
         return loaded if all(r["lastEvaluation"] > "0001-01-01T00:00:00Z" for r in loaded) else None
 
     loaded = wait_until(evaluated, QUERY_TIMEOUT_S, "every rule evaluated once")
-    assert sorted(r["name"] for r in loaded) == sorted(name for _, name, _ in rules.expressions(stack.config))
+    assert sorted(r["name"] for r in loaded) == sorted(name for _, name, _ in rule_expressions(stack.config))
     assert [(r["name"], r.get("lastError")) for r in loaded if r["health"] != "ok"] == []
 
 

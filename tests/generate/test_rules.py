@@ -18,6 +18,7 @@ from exporter.core.units import parse_duration
 from exporter.generate import rules
 from exporter.generate.command import stale
 from exporter.scaling import DEMAND_RECORD
+from tests.generate.queries import rule_expressions
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_CONFIG = ROOT / "deploy" / "plimsoll.example.yaml"
@@ -235,7 +236,7 @@ def test_generation_is_deterministic(example_config):
 
 
 def test_expressions_list_every_rule_with_its_group(example_config):
-    listed = rules.expressions(example_config)
+    listed = rule_expressions(example_config)
     groups = _groups(example_config)
     assert len(listed) == sum(len(group["rules"]) for group in groups)
     assert {group for group, _, _ in listed} == {group["name"] for group in groups}

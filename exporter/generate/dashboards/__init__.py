@@ -25,9 +25,7 @@ applies to them.
 
 Every query filters on the dashboard variables with regex matchers (`instance=~"$node"`, `target=~"$target"`,
 `model=~"$model"`; "All" is `.*`) and rates over `$__rate_interval`, but for the scale-up lag, rare enough to be
-counted over the whole time range (`$__range`). `queries(config)` lists every panel's expressions as written in
-the dashboards; `render(expr)` substitutes the variables (all `.*`, `$__rate_interval` as `5m`, `$__range` as
-`6h`) so an expression can run against a plain Prometheus.
+counted over the whole time range (`$__range`).
 
 grafanalib 0.7.1 writes Grafana 6-era JSON for some panels (bar gauge options under `fieldOptions`, gauge reduce
 options under `fieldConfig`, table mappings outside `fieldConfig`) and legacy query fields; the small subclasses
@@ -40,11 +38,11 @@ The package, one module per concern:
   the config, the grid layout, the variables and the dashboard frame;
 - `expressions`: PromQL the dashboards build from parts (SLIs, burn rates, the capacity model's parts);
 - `schema`: the grafanalib subclasses above;
-- `output`: the files (`artifacts`), `queries` and `render`.
+- `output`: the files (`artifacts`).
 """
 
 from exporter.generate.dashboards.instance import ENGINE_HISTOGRAM_PANEL, VLLM_HISTOGRAMS
-from exporter.generate.dashboards.output import artifacts, queries, render
+from exporter.generate.dashboards.output import artifacts
 from exporter.generate.dashboards.panels import DATASOURCE, ENGINE
 
-__all__ = ["DATASOURCE", "ENGINE", "ENGINE_HISTOGRAM_PANEL", "VLLM_HISTOGRAMS", "artifacts", "queries", "render"]
+__all__ = ["DATASOURCE", "ENGINE", "ENGINE_HISTOGRAM_PANEL", "VLLM_HISTOGRAMS", "artifacts"]
