@@ -6,8 +6,8 @@ needed. Whatever goes wrong becomes the record's `error`; `send` never raises fo
 
 An answer with no text is an error ("empty answer"), and so is one shorter than `max_tokens` by the server's own
 count ("short answer") unless the caller accepts early stops: a server that stops generating must not pass an
-ITL objective it never had to meet. A count no honest server gives (far past `max_tokens`) is an error too, never
-a number the throughput is computed from.
+ITL objective it never had to meet. A count no honest server gives (far past `max_tokens`, negative, not a whole
+number) is an error too, never a number the throughput is computed from.
 
 Redirects are not followed: the request carries the API key, and a server that points elsewhere has its answer
 recorded as its status with where it pointed. A 429 or 503's Retry-After is read (bounded) for the caller to wait.
@@ -127,7 +127,12 @@ class _Stream:
     def _usage(self, usage: dict[str, Any]) -> Failure | None:
         """The server's counts, or a failure where they cannot be true: no count is kept then, so no throughput is
         computed from a number the server chose. The counts are not repeated: they may be thousands of digits."""
-        prompt_tokens, output_tokens = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+        prompt_tokens, output_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        # A count that is there but no count (negative, a string, NaN) must not pass as one the server did not give:
+        # the short-answer check would be skipped for it.
+        for name, value in (("prompt_tokens", prompt_tokens), ("completion_tokens", output_tokens)):
+            if value is not None and not _is_count(value):
+                return Failure(_IMPLAUSIBLE, f"{name} is not a whole number of at least 0")
         if output_tokens is not None and output_tokens > _MAX_OUTPUT_SHARE * self.max_tokens:
             return Failure(_IMPLAUSIBLE, f"completion_tokens over {_MAX_OUTPUT_SHARE} x max_tokens ({self.max_tokens})")
         if prompt_tokens is not None and prompt_tokens > _MAX_PROMPT_TOKENS:
@@ -169,8 +174,8 @@ def retry_after_seconds(value: str | None) -> float | None:
     return min(seconds, MAX_RETRY_AFTER_SECONDS)
 
 
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _has_text(kind: str, choices: Any) -> bool:

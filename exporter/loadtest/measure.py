@@ -29,7 +29,8 @@ class RequestRecord:
     """One request as the client saw it. Times in seconds; `sent_at` since the step started (monotonic).
 
     `error` is None when the request completed, else a short reason: "timeout", "stalled", "http 503",
-    "connection refused", "not streaming", "empty answer", "short answer", "bad response: ...", "client error: ...".
+    "connection refused", "cannot connect", "connection lost", "not streaming", "empty answer", "short answer",
+    "bad response: ...", "client error: ...", "not sent: ..." (an open-loop arrival past the cap in flight).
     """
 
     sent_at: float

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from exporter.files import read_regular_file
 from exporter.loadtest.client import ENDPOINT_PATHS, Endpoint, Failure, Limits, redirected_to, send
 from exporter.loadtest.judge import MAX_EXTENSION
 from exporter.loadtest.measure import EngineSample, RequestRecord, StepRun
@@ -45,6 +46,8 @@ OVER_THE_CAP = "not sent: too many in flight"
 POLL_SECONDS = 0.5
 # GET /v1/models is read this far at most: thousands of models' entries, never a server's whole memory.
 MAX_MODELS_BYTES = 8 << 20
+# How many of the served models a refusal of --served-model names.
+_MODELS_SHOWN = 10
 # Longer than any model's name (a path on a hub, an adapter's): the id is sent with every request and shown.
 MAX_MODEL_ID_CHARS = 1024
 
@@ -104,17 +107,34 @@ class RunSettings:
 
 
 def api_key_from(environ: Mapping[str, str], key_file: str | None) -> str | None:
-    """The API key from a file (--api-key-file) or PLIMSOLL_API_KEY; a file that cannot be read is an error."""
-    if key_file:
-        try:
-            with open(key_file) as handle:
-                key = handle.read().strip()
-        except OSError as error:
-            raise LoadtestError(f"--api-key-file {key_file}: cannot read it: {error.strerror}") from None
-        if not key:
-            raise LoadtestError(f"--api-key-file {key_file}: the file is empty")
-        return key
-    return environ.get("PLIMSOLL_API_KEY") or None
+    """The API key from a file (--api-key-file) or PLIMSOLL_API_KEY; a file that cannot be read, or a key that
+    cannot go in a header, is an error that never shows the key."""
+    if not key_file:
+        key = environ.get("PLIMSOLL_API_KEY") or None
+        return _header_safe(key, "PLIMSOLL_API_KEY") if key else None
+    try:
+        # Not a FIFO or a device: either would wait or read without end.
+        raw = read_regular_file(key_file, _MAX_KEY_BYTES)
+    except OSError as error:
+        raise LoadtestError(f"--api-key-file {key_file}: cannot read it: {error.strerror}") from None
+    if len(raw) > _MAX_KEY_BYTES:
+        raise LoadtestError(f"--api-key-file {key_file}: over {_MAX_KEY_BYTES >> 10} KiB, no API key is so long")
+    key = raw.decode("utf-8", errors="replace").strip()
+    if not key:
+        raise LoadtestError(f"--api-key-file {key_file}: the file is empty")
+    return _header_safe(key, f"--api-key-file {key_file}")
+
+
+# Far longer than any bearer token.
+_MAX_KEY_BYTES = 64 << 10
+
+
+def _header_safe(key: str, where: str) -> str:
+    """The key, where it is printable ASCII: a line break or control character would break (or inject into) the
+    Authorization header, and aiohttp refuses it mid-run with words that name no flag."""
+    if not (key.isascii() and key.isprintable()):
+        raise LoadtestError(f"{where}: the key holds a line break, control or non-ASCII character; give the key alone")
+    return key
 
 
 class Run:
@@ -254,7 +274,9 @@ async def served_models(
     except (ValueError, RecursionError):
         raise LoadtestError(f"{url} did not answer JSON: is this an OpenAI-compatible server?") from None
     if redirect is not None:
-        raise LoadtestError(f"GET {url} {redirect}: give --url the address that serves the API itself")
+        key = (headers or {}).get("Authorization", "").removeprefix("Bearer ")
+        where = _without_key(redirect, key)
+        raise LoadtestError(f"GET {url} {where}: give --url the address that serves the API itself")
     if status in (401, 403):
         raise LoadtestError(_credentials(base_url, status))
     if status == 404:
@@ -262,7 +284,9 @@ async def served_models(
     if status != 200:
         raise LoadtestError(f"GET {url} answered HTTP {status}")
     data = payload.get("data") if isinstance(payload, dict) else None
-    ids = tuple(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)) if data else ()
+    if not isinstance(data, list):
+        raise LoadtestError(f'{url} answered no model list ({{"data": [...]}}): is this an OpenAI-compatible server?')
+    ids = tuple(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"])
     if not ids:
         raise LoadtestError(f"{url} lists no models: is the server still loading one?")
     longest = max(ids, key=len)
@@ -300,7 +324,10 @@ async def preflight(session: aiohttp.ClientSession, settings: RunSettings) -> st
     else:
         models = await served_models(session, settings.url, settings.auth_headers)
         if model not in models:
-            served = ", ".join(models)
+            # A server may list thousands: the first few say enough, the message stays one line.
+            served = ", ".join(models[:_MODELS_SHOWN]) + (
+                f" and {len(models) - _MODELS_SHOWN} more" if len(models) > _MODELS_SHOWN else ""
+            )
             raise LoadtestError(f"--served-model {model!r} is not served at {settings.url}: it serves {served}")
     workload = settings.workload
     if settings.endpoint == "completions" and isinstance(workload, TraceWorkload) and workload.has_messages:
@@ -319,9 +346,12 @@ async def preflight(session: aiohttp.ClientSession, settings: RunSettings) -> st
     )
     if failure is None:
         return model
-    # A server may repeat the request's Authorization header in its message: the key is not shown.
-    detail = failure.detail.replace(settings.api_key, "<API key>") if settings.api_key else failure.detail
-    raise LoadtestError(_refusal(settings, model, failure.reason, detail))
+    raise LoadtestError(_refusal(settings, model, failure.reason, _without_key(failure.detail, settings.api_key)))
+
+
+def _without_key(text: str, key: str | None) -> str:
+    """A server may repeat the key it was sent in its message or where it redirects to: it is not shown."""
+    return text.replace(key, "<API key>") if key else text
 
 
 def _refusal(settings: RunSettings, model: str, reason: str, detail: str) -> str:
@@ -420,13 +450,13 @@ class _Load:
         """One request, from the run's stream, measured and recorded under `key` while in flight; also why it
         failed, in the server's words (its Retry-After)."""
         step, clock = self.step, self.clock
-        request: WorkRequest = next(self.run.work)
         sent = clock()
         measured = sent >= step.measured_from
         if measured:
             step.in_flight[key] = sent - step.measured_from
         failure = None
         try:
+            request: WorkRequest = next(self.run.work)
             record, failure = await send(
                 self.run.session,
                 self.endpoint,

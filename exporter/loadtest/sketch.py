@@ -56,10 +56,6 @@ class DurationSummary:
         for index, count in other.buckets.items():
             self.buckets[index] = self.buckets.get(index, 0) + count
 
-    @property
-    def mean_seconds(self) -> float | None:
-        return self.total_seconds / self.count if self.count else None
-
     def quantile(self, q: float) -> float | None:
         """The duration at rank q (count - 1), within RELATIVE_ACCURACY (see the module); None when empty."""
         if not self.count:

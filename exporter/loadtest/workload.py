@@ -11,6 +11,7 @@ requests share a system prompt on purpose is sent as written with `unique_prompt
 
 import json
 import random
+import reprlib
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from itertools import cycle
 from pathlib import Path
 from typing import Any
 
+from exporter.files import read_regular_file
 from exporter.loadtest.client import Message, Prompt
 
 _WORD_LIST = (
@@ -30,6 +32,9 @@ _WORDS = tuple(_WORD_LIST.split())
 
 # A trace larger than this is refused rather than read into memory whole.
 MAX_TRACE_BYTES = 64 << 20
+# Llama 4 Scout's context, among the longest any engine serves: a longer length is more likely a typo, and drawing
+# one would build a prompt of gigabytes in memory before anything is sent.
+MAX_TOKENS = 10_000_000
 
 
 class WorkloadError(ValueError):
@@ -47,8 +52,7 @@ class Lengths:
 
     def draw(self, rng: random.Random) -> int:
         value = round(rng.gauss(self.mean, self.spread)) if self.spread > 0 else self.mean
-        value = max(self.minimum, value)
-        return min(self.maximum, value) if self.maximum is not None else value
+        return min(self.maximum or MAX_TOKENS, max(self.minimum, value))
 
     def describe(self) -> dict[str, Any]:
         return {"mean": self.mean, "spread": self.spread, "min": self.minimum, "max": self.maximum}
@@ -84,8 +88,10 @@ def check_lengths(flag: str, lengths: Lengths) -> Lengths:
     """The lengths as given, or WorkloadError naming the flag."""
     if lengths.mean < 1:
         raise WorkloadError(f"{flag}: {lengths.mean} tokens is not a length (expected a whole number of at least 1)")
-    if lengths.spread < 0:
-        raise WorkloadError(f"{flag}: a spread of {lengths.spread:g} is negative")
+    if max(lengths.mean, lengths.minimum, lengths.maximum or 0) > MAX_TOKENS:
+        raise WorkloadError(f"{flag}: longer than a model's context (at most {MAX_TOKENS:,} tokens)")
+    if not 0 <= lengths.spread <= MAX_TOKENS:  # NaN too
+        raise WorkloadError(f"{flag}: a spread of {lengths.spread:g} is not one (0 to {MAX_TOKENS:,} tokens)")
     if lengths.minimum < 1 or (lengths.maximum is not None and lengths.maximum < lengths.minimum):
         raise WorkloadError(f"{flag}: min {lengths.minimum} and max {lengths.maximum} do not bound any length")
     return lengths
@@ -141,11 +147,16 @@ def load_trace(path: Path, default_max_tokens: int) -> TraceWorkload:
     """Read a JSONL trace of {"prompt": str | "messages": [...], "max_tokens": int} records (max_tokens optional:
     `default_max_tokens` where a record has none). Every problem names the file and line."""
     try:
-        if path.stat().st_size > MAX_TRACE_BYTES:
-            raise WorkloadError(f"--dataset {path}: over {MAX_TRACE_BYTES >> 20} MiB; use a sample of the trace")
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # A FIFO or a device (/dev/zero) would wait or read without end: only a regular file is read, and bounded.
+        data = read_regular_file(path, MAX_TRACE_BYTES)
     except OSError as error:
         raise WorkloadError(f"--dataset {path}: cannot read it: {error.strerror}") from None
+    if len(data) > MAX_TRACE_BYTES:
+        raise WorkloadError(f"--dataset {path}: over {MAX_TRACE_BYTES >> 20} MiB; use a sample of the trace")
+    try:
+        # A record ends at \n only (JSON Lines): a prompt may hold U+2028 or U+0085 as written, which splitlines()
+        # would split it at.
+        lines = data.decode("utf-8").split("\n")
     except UnicodeDecodeError:
         raise WorkloadError(f"--dataset {path}: not UTF-8 text (expected JSON lines)") from None
     found = []
@@ -169,8 +180,10 @@ def _trace_record(where: str, line: str, default_max_tokens: int) -> WorkRequest
     if not isinstance(record, dict):
         raise WorkloadError(f"{where}: expected a JSON object with prompt or messages")
     max_tokens = record.get("max_tokens", default_max_tokens)
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise WorkloadError(f"{where}: max_tokens {max_tokens!r} is not a whole number of at least 1")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 1 <= max_tokens <= MAX_TOKENS:
+        raise WorkloadError(
+            f"{where}: max_tokens {reprlib.repr(max_tokens)} is not a whole number from 1 to {MAX_TOKENS:,}"
+        )
     if "prompt" in record:
         if not isinstance(record["prompt"], str) or not record["prompt"]:
             raise WorkloadError(f"{where}: prompt must be a non-empty string")

@@ -39,11 +39,12 @@ class Behaviour:
     health_status: int = 200  # what GET /health answers (503: an engine still loading its model)
     metrics_content_type: str = "text/plain"  # the Content-Type /metrics answers with
     models_padding_bytes: int = 0  # /v1/models streams this many bytes of padding inside its JSON (a huge answer)
-    completion_tokens: int | None = None  # the usage's completion_tokens, whatever was streamed (None: the truth)
+    completion_tokens: Any = None  # the usage's completion_tokens, whatever was streamed (None: the truth)
+    models_answer: Any = None  # GET /v1/models answers exactly this JSON (None: the listing of `models`)
     retry_after: str | None = None  # the Retry-After header sent with every error answer
     redirect_to: str | None = None  # answer every completion request with a 307 to this URL
     redirect_gets_to: str | None = None  # answer GET /v1/models and /health with a 307 to this base URL
-    echo_authorization: bool = False  # an error answer's message repeats the request's Authorization header
+    echo_authorization: bool = False  # an error answer's message (or /v1/models' redirect) repeats the Authorization
 
 
 @dataclass
@@ -80,9 +81,12 @@ class FakeOpenAI:
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         if self.behaviour.redirect_gets_to is not None:
-            raise web.HTTPTemporaryRedirect(self.behaviour.redirect_gets_to + "/v1/models")
+            echoed = f"?{request.headers.get('Authorization', '')}" if self.behaviour.echo_authorization else ""
+            raise web.HTTPTemporaryRedirect(self.behaviour.redirect_gets_to + "/v1/models" + echoed)
         if not self._authorised(request):
             return web.json_response({"error": {"message": "unauthorised"}}, status=401)
+        if self.behaviour.models_answer is not None:
+            return web.json_response(self.behaviour.models_answer)
         listing = {"object": "list", "data": [{"id": m, "object": "model"} for m in self.behaviour.models]}
         if not self.behaviour.models_padding_bytes:
             return web.json_response(listing)

@@ -158,3 +158,20 @@ def test_the_request_asks_for_usage_and_ignores_eos_only_when_told() -> None:
     assert plain["stream_options"] == {"include_usage": True}
     assert "ignore_eos" not in plain
     assert forced["ignore_eos"] is True
+
+
+@pytest.mark.parametrize("count", [-5, "5", 5.0, True, float("nan"), [5]])
+def test_a_usage_count_that_is_no_count_is_a_bad_response_not_an_unknown_count(count: object) -> None:
+    # Taken as unknown, it would skip the short-answer check: a server could stop early and still pass.
+    record = _send(Behaviour(completion_tokens=count), max_tokens=5)
+    assert record.error == "bad response: implausible usage"
+    assert record.output_tokens is None and record.e2e_seconds is None
+
+
+def test_a_usage_count_given_as_null_is_unknown() -> None:
+    raw = (
+        b'data: {"choices": [{"text": "a"}]}\n\n'
+        b'data: {"choices": [], "usage": {"prompt_tokens": null, "completion_tokens": null}}\n\ndata: [DONE]\n\n'
+    )
+    record = _send(Behaviour(raw_stream=raw))
+    assert record.error is None and (record.prompt_tokens, record.output_tokens) == (None, None)

@@ -1,4 +1,4 @@
-"""`plimsoll loadtest` against a hostile server and hostile input (issue 16): what the server sends is shown, never
+"""`plimsoll loadtest` against a hostile server and hostile input: what the server sends is shown, never
 obeyed; every read is bounded and every count range-checked; credentials reach no output; a run stopped by SIGTERM
 keeps what it measured; an overloaded server is waited for as it asks; a redirect elsewhere is refused.
 
@@ -213,6 +213,12 @@ def test_a_model_list_or_health_check_redirected_elsewhere_is_refused_and_the_ke
     message, elsewhere = _refused_run(lambda url: Behaviour(redirect_gets_to=url))
     assert "/v1/models redirected to http://127.0.0.1:" in message and "does not follow redirects" in message
     assert elsewhere.authorization == []  # neither GET was followed, so the key never left for the other origin
+
+
+def test_a_model_list_redirect_that_repeats_the_api_key_does_not_get_it_shown() -> None:
+    message, _ = _refused_run(lambda url: Behaviour(redirect_gets_to=url, echo_authorization=True))
+    assert "/v1/models?Bearer+<API key> (loadtest does not follow redirects)" in message
+    assert "s3cret" not in message
 
 
 def test_a_dataset_number_too_long_to_read_names_the_file_and_line(tmp_path: Path) -> None:

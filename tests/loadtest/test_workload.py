@@ -1,6 +1,9 @@
 """Prompt and output lengths: fixed, drawn, or read from a trace."""
 
 import json
+import math
+import os
+import random
 import re
 from itertools import islice
 from pathlib import Path
@@ -10,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.loadtest.workload import (
+    MAX_TOKENS,
     Lengths,
     SyntheticWorkload,
     TraceWorkload,
@@ -76,6 +80,12 @@ def test_drawn_lengths_stay_within_their_bounds(mean: int, spread: float, low: i
         assert low <= request.max_tokens <= low + extra
 
 
+def test_a_length_drawn_with_no_maximum_stays_within_any_models_context() -> None:
+    lengths = Lengths(MAX_TOKENS, spread=MAX_TOKENS)
+    rng = random.Random(1)
+    assert max(lengths.draw(rng) for _ in range(100)) == MAX_TOKENS
+
+
 def test_a_spread_scatters_lengths_around_the_mean() -> None:
     drawn = [r.max_tokens for r in islice(requests(SyntheticWorkload(Lengths(5), Lengths(100, 20, 1, 1000))), 400)]
     assert 95 <= sum(drawn) / len(drawn) <= 105
@@ -84,7 +94,16 @@ def test_a_spread_scatters_lengths_around_the_mean() -> None:
 
 @pytest.mark.parametrize(
     ("lengths", "problem"),
-    [(Lengths(0), "is not a length"), (Lengths(5, -1), "negative"), (Lengths(5, 1, 10, 3), "do not bound")],
+    [
+        (Lengths(0), "is not a length"),
+        (Lengths(5, -1), "a spread of -1 is not one"),
+        (Lengths(5, math.nan), "a spread of nan is not one"),
+        (Lengths(5, math.inf), "a spread of inf is not one"),
+        (Lengths(5, 1, 10, 3), "do not bound"),
+        # Drawn, a length of 10^11 words builds a prompt of hundreds of gigabytes before anything is sent.
+        (Lengths(10**11), "longer than a model's context"),
+        (Lengths(5, 1, 1, 10**11), "longer than a model's context"),
+    ],
 )
 def test_bad_lengths_name_the_flag(lengths: Lengths, problem: str) -> None:
     with pytest.raises(WorkloadError, match=f"--prompt-tokens: .*{problem}"):
@@ -113,6 +132,7 @@ def test_a_trace_is_read_and_replayed_in_order(tmp_path: Path) -> None:
         ("[1, 2]", "expected a JSON object"),
         ('{"max_tokens": 3}', "neither prompt nor messages"),
         ('{"prompt": "x", "max_tokens": 0}', "max_tokens 0 is not a whole number"),
+        ('{"prompt": "x", "max_tokens": 100000000000}', "max_tokens 100000000000 is not a whole number from 1 to"),
         ('{"prompt": ""}', "prompt must be a non-empty string"),
         ('{"messages": [{"role": "user"}]}', r"messages\[0\] needs a string role and a string content"),
         ("[" * 100_000, "nested too deeply to read"),
@@ -138,3 +158,39 @@ def test_a_synthetic_workload_is_described_for_the_result() -> None:
     described = describe(SyntheticWorkload(Lengths(512), Lengths(128), seed=3))
     assert described["kind"] == "synthetic"
     assert described["prompt_tokens"]["mean"] == 512 and described["seed"] == 3
+
+
+def test_a_fifo_or_a_directory_is_refused_at_once_not_waited_on(tmp_path: Path) -> None:
+    # Opening a FIFO no one writes to waits for a writer; a device such as /dev/zero reads without end.
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(WorkloadError, match=f"^--dataset {re.escape(str(fifo))}: cannot read it: not a regular file"):
+        load_trace(fifo, 16)
+    with pytest.raises(WorkloadError, match=f"^--dataset {re.escape(str(tmp_path))}: cannot read it"):
+        load_trace(tmp_path, 16)
+
+
+def test_a_trace_over_its_size_limit_is_refused_naming_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("exporter.loadtest.workload.MAX_TRACE_BYTES", 1 << 20)
+    path = tmp_path / "trace.jsonl"
+    path.write_text('{"prompt": "hello"}\n' * 60_000)
+    with pytest.raises(WorkloadError, match="over 1 MiB; use a sample of the trace"):
+        load_trace(path, 16)
+
+
+def test_a_bad_max_tokens_is_named_in_a_few_characters_however_long_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps({"prompt": "hi", "max_tokens": "z" * 100_000}) + "\n")
+    with pytest.raises(WorkloadError) as refused:
+        load_trace(path, 16)
+    assert "max_tokens 'zzz" in str(refused.value) and len(str(refused.value)) < len(str(path)) + 120
+
+
+def test_a_prompt_holding_a_unicode_line_separator_as_written_is_one_record(tmp_path: Path) -> None:
+    # JSON allows U+2028, U+2029 and U+0085 unescaped in a string; only \n ends a line of JSON Lines.
+    path = tmp_path / "trace.jsonl"
+    prompts = ["one\u2028two", "three\u0085four\u2029", "crlf"]
+    path.write_text("\r\n".join(json.dumps({"prompt": p}, ensure_ascii=False) for p in prompts) + "\r\n")
+    assert [request.prompt for request in load_trace(path, 4).requests] == prompts
