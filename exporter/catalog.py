@@ -22,6 +22,7 @@ from exporter.capacity.architecture import ModelArchitecture, ModelConfigError, 
 from exporter.capacity.gpus import GpuSpec
 from exporter.core.units import format_gib, parse_size
 from exporter.display import shown
+from exporter.files import read_regular_file
 
 
 class CatalogError(LookupError):
@@ -136,8 +137,7 @@ def _named(path: Path) -> str:
 
 def _read_bounded(path: Path, limit: int, what: str) -> str:
     try:
-        with path.open("rb") as stream:
-            data = stream.read(limit + 1)
+        data = read_regular_file(path, limit)
     except OSError as error:
         raise CatalogError(f"{_named(path)}: cannot read the {what} ({error.strerror})") from None
     if len(data) > limit:

@@ -2,7 +2,7 @@
 and calls the chosen command's function.
 
 Exit codes: 0 an answer (a plan that does not fit is an answer), 2 bad input (the message says which flag,
-file or field, and what to do).
+file or field, and what to do), 130 stopped by Ctrl-C.
 """
 
 import argparse
@@ -17,7 +17,7 @@ from exporter.capacity.kv import KvDtypeError
 from exporter.capacity.plan import PlanError
 from exporter.capacity.weights import DtypeError
 from exporter.catalog import CatalogError
-from exporter.cli_args import EXIT_OK, Subcommands
+from exporter.cli_args import EXIT_INTERRUPTED, EXIT_OK, Subcommands
 from exporter.config import ConfigError
 from exporter.daemon.command import add_check_config, add_run
 from exporter.display import shown
@@ -74,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = "\n".join(shown(line) for line in str(error).splitlines())
         print(f"plimsoll {args.command}: {lines}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C in a long read or replay: each file is written whole (atomically) or not at all
+        print(f"plimsoll {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `plimsoll plan ... | head` closed the pipe: not an error worth a traceback
         sys.stderr.close()
         return EXIT_OK

@@ -2,6 +2,7 @@
 so a bad flag's message names the flag, and environment twins for flags."""
 
 import argparse
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from exporter.core.units import parse_duration, parse_size
 T = TypeVar("T")
 
 EXIT_OK = 0  # an answer (a plan that does not fit is an answer)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 # What each command package's `add_...` is given to add its subcommand to (a string: argparse's class takes no
 # type argument at run time).
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -119,10 +121,32 @@ def positive_int(text: str) -> int:
     return value
 
 
+class _FromEnvironment(str):
+    """An environment twin's value, as argparse hands it to the flag's type: a bad one is then said to come from the
+    variable, not from a flag nobody typed."""
+
+
+def _typed_from_environment(convert: Callable[[str], T], env: str) -> Callable[[str], T]:
+    @functools.wraps(convert)  # argparse names the type in its message for a bad value typed on the command line
+    def converted(text: str) -> T:
+        try:
+            return convert(text)
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
+            if not isinstance(text, _FromEnvironment):
+                raise
+            raise argparse.ArgumentTypeError(f"{env}={text!r} (the environment): {error}") from None
+
+    return converted
+
+
 def env_twin(parser: argparse.ArgumentParser, flag: str, env: str, **kwargs: Any) -> None:
     """An option whose default comes from an environment variable, named in --help (query-exporter's way)."""
     if env in os.environ:
+        value = _FromEnvironment(os.environ[env])
         # An appending flag starts from a list, which the flags given then extend.
-        kwargs["default"] = [os.environ[env]] if kwargs.get("action") == "append" else os.environ[env]
+        kwargs["default"] = [value] if kwargs.get("action") == "append" else value
+        kwargs["required"] = False  # the environment gives it
+        if "type" in kwargs:
+            kwargs["type"] = _typed_from_environment(kwargs["type"], env)
     kwargs["help"] = f"{kwargs.get('help', '')} [env {env}]"
     parser.add_argument(flag, **kwargs)

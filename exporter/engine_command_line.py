@@ -158,14 +158,19 @@ def parse_engine_command_line(text: str) -> EngineCommandLine:
             if model is not None and model != given:
                 raise EngineCommandLineError(f"two models: {model!r} and {flag} {given!r}")
             model = given
+        elif flag in known and known[flag].switch:
+            if inline is not None:  # as the engine's argparse refuses it: `--enforce-eager=false` is no "off"
+                raise EngineCommandLineError(f"{flag} takes no value (the switch alone turns it on): {word!r}")
+            settings.append((flag, None))
         elif flag in known:
-            settings.append((flag, None if known[flag].switch else value_of(flag, inline)))
+            settings.append((flag, value_of(flag, inline)))
         elif flag in _IGNORED_WITH_VALUE:
             value_of(flag, inline)
             ignored.append(flag)
         elif flag in _IGNORED_MANY:
             value_of(flag, inline)
-            while i + 1 < len(rest) and not rest[i + 1].startswith("-"):
+            # `--served-model-name=a b`: the engine's argparse takes `a` alone, and refuses `b` as a stray word.
+            while inline is None and i + 1 < len(rest) and not rest[i + 1].startswith("-"):
                 i += 1
             ignored.append(flag)
         elif flag in _IGNORED_SWITCHES or _is_negated_switch(flag):

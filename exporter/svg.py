@@ -8,7 +8,7 @@ capacity).
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import escape
 
 WIDTH, HEIGHT = 560, 300
@@ -99,6 +99,10 @@ def line_chart(
     marker: Marker | None = None,
     shade: Shade | None = None,
 ) -> str:
+    series = [replace(s, points=_drawable(s.points, x.log2)) for s in series]
+    references = [reference for reference in references if math.isfinite(reference.value)]
+    if marker is not None and not _drawable(((marker.value, 0.0),), x.log2):
+        marker = None
     xs = [px for s in series for px, _ in s.points] + ([marker.value] if marker else [])
     ys = [py for s in series for _, py in s.points] + [r.value for r in references]
     x_low, x_high = _range(xs, x)
@@ -175,6 +179,12 @@ def line_chart(
     parts.extend(_legend(series, references, marker, shade, HEIGHT + 8))
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _drawable(points: Sequence[tuple[float, float]], log2: bool) -> tuple[tuple[float, float], ...]:
+    """The points a chart can place: a NaN or an infinity (a reading an engine gave) has no place on an axis and
+    would write "nan" into the SVG; on a log2 axis, neither has an x at or below 0 (it has no logarithm)."""
+    return tuple((px, py) for px, py in points if math.isfinite(px) and math.isfinite(py) and (px > 0 or not log2))
 
 
 def _legend(

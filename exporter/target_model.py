@@ -7,17 +7,18 @@ KV dtype, an explicit KV pool size); what neither says falls back to the engine'
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
-from exporter.capacity.architecture import ModelArchitecture, ModelConfigError
+from exporter.capacity.architecture import MAX_POSITIONS, ModelArchitecture, ModelConfigError
 from exporter.capacity.deployment import Deployment
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.kv import KV_DTYPE_BYTES, KvDtypeError
-from exporter.capacity.plan import CapacityPlan, PlanError, plan
+from exporter.capacity.plan import MAX_GPU_MEMORY_BYTES, CapacityPlan, PlanError, plan
 from exporter.capacity.quantization import QuantizationError
 from exporter.capacity.weights import DtypeError
 from exporter.catalog import CatalogError, find_gpu, load_model
 from exporter.config import Target
-from exporter.sources.engines.series import label_int
+from exporter.sources.engines.series import label_int, label_number
 
 
 @dataclass(frozen=True)
@@ -72,25 +73,30 @@ def model_problems(target: Target) -> tuple[tuple[str, str], ...]:
     return (*catalog.problems, ("gpu_type", f"{target.model} does not fit on {catalog.gpu.name}: {shortfall}{options}"))
 
 
-def _float(value: str | None) -> float | None:
-    try:
-        return float(value) if value not in (None, "", "None") else None
-    except ValueError:
-        return None
+_Number = TypeVar("_Number", int, float)
+
+
+def _within(value: _Number | None, low: _Number, high: _Number) -> _Number | None:
+    """A reported setting where it can be one. The labels are the engine's text: one out of range (a block size of
+    0, which the plan divides by, or NaN) is taken as unreported, and the engine's default stands in."""
+    return value if value is not None and low <= value <= high else None
 
 
 def deployment_for(configured: Deployment, engine: str, engine_config: Mapping[str, str]) -> Deployment:
     """The configured deployment; what it leaves unset comes from the engine's own report where it has one."""
     reported_dtype = engine_config.get("cache_dtype", "auto")
+    utilization = _within(label_number(engine_config, "gpu_memory_utilization"), 0.0, 1.0) or None  # 0: none
+    block_size = _within(label_int(engine_config, "block_size"), 1, MAX_POSITIONS)
+    pool_bytes = _within(label_int(engine_config, "kv_cache_memory_bytes"), 1, MAX_GPU_MEMORY_BYTES)
     return replace(
         configured,
         engine="sglang" if engine == "sglang" else "vllm",
-        gpu_memory_utilization=configured.gpu_memory_utilization or _float(engine_config.get("gpu_memory_utilization")),
+        gpu_memory_utilization=configured.gpu_memory_utilization or utilization,
         kv_cache_dtype=configured.kv_cache_dtype
         if configured.kv_cache_dtype != "auto"
         else (reported_dtype if reported_dtype in KV_DTYPE_BYTES else "auto"),
-        block_size=configured.block_size or label_int(engine_config, "block_size"),
-        kv_cache_memory_bytes=configured.kv_cache_memory_bytes or label_int(engine_config, "kv_cache_memory_bytes"),
+        block_size=configured.block_size or block_size,
+        kv_cache_memory_bytes=configured.kv_cache_memory_bytes or pool_bytes,
     )
 
 

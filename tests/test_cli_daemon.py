@@ -58,7 +58,7 @@ def test_probe_a_live_endpoint():
     thread = threading.Thread(target=lambda: asyncio.run(serve()))
     thread.start()
     try:
-        ready.wait(10)
+        assert ready.wait(10), "the page server did not start within 10 s"
         assert main(["probe", result["base"] + "/page/sglang-docs-sample.prom", "--format", "json"]) == 0
         assert main(["probe", result["base"] + "/html"]) == 1
     finally:

@@ -78,7 +78,11 @@ def test_another_engines_spelling_is_unknown_to_this_engine():
         ("vllm serve org/m --tensor-parallel-size", "--tensor-parallel-size needs a value"),
         ("vllm serve org/m --model other/m", "two models"),
         ("vllm serve org/m stray", "unexpected 'stray'"),
+        ("vllm serve org/m --served-model-name=a stray", "unexpected 'stray'"),
         ("vllm serve 'org/m", "cannot split"),
+        # A switch's value is never read, so `=false` would read as on.
+        ("vllm serve org/m --enforce-eager=false", "--enforce-eager takes no value"),
+        ("python -m sglang.launch_server --model-path org/m --disable-cuda-graph=0", "--disable-cuda-graph takes no"),
     ],
 )
 def test_what_is_not_a_launch_command_says_why(text, message):

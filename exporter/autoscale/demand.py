@@ -9,12 +9,22 @@ the line and the column.
 import csv
 import io
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+
+from exporter.autoscale.hpa import SYNC_PERIOD_SECONDS
 
 # A week at one sample a second; a larger trace is refused rather than held in memory whole.
 MAX_DEMAND_BYTES = 64 << 20
 MAX_DEMAND_ROWS = 7 * 86400
+# The replay reads the trace at every HPA sync from its first sample to its last, however few rows lie between: the
+# span is bounded as the rows are, to as many syncs as rows (105 days), the most --prometheus reads.
+MAX_SPAN_SECONDS = MAX_DEMAND_ROWS * SYNC_PERIOD_SECONDS
+# A trillion requests is beyond any fleet; the bound keeps every figure (a demand times a span) a finite number.
+MAX_DEMAND = 1e12
+# 9999-12-31T23:59:59Z, the latest time RFC 3339 writes: far below where a float can no longer add a sync's 15 s.
+MAX_TIME_SECONDS = 253_402_300_799.0
 
 REQUIRED = ("time", "demand")
 OPTIONAL = ("queue_max", "queue_sum")
@@ -38,22 +48,24 @@ def _cut(text: str) -> str:
     return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
-def _number(path: str, line: int, column: str, text: str) -> float:
+def _number(path: str, line: int, column: str, text: str, most: float = MAX_DEMAND) -> float:
     try:
         value = float(text)
     except ValueError:
         raise DemandError(f"{path}:{line}: {column}: {_cut(text)} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise DemandError(f"{path}:{line}: {column}: {_cut(text)} is not a finite number of at least 0")
+    if not (math.isfinite(value) and 0 <= value <= most):
+        raise DemandError(f"{path}:{line}: {column}: {_cut(text)} is not a number from 0 to {most:g}")
     return value
 
 
 def _time(path: str, line: int, text: str) -> tuple[float, bool]:
     """The time in seconds, and whether it was written as RFC 3339."""
     try:
-        return _number(path, line, "time", text), False
-    except DemandError:
-        pass
+        float(text)
+    except ValueError:
+        pass  # not seconds: an RFC 3339 timestamp, or neither
+    else:
+        return _number(path, line, "time", text, MAX_TIME_SECONDS), False
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -96,7 +108,22 @@ def parse_demand(text: str, path: str) -> tuple[DemandPoint, ...]:
     if len(text) > MAX_DEMAND_BYTES:
         raise DemandError(f"{path}: over {MAX_DEMAND_BYTES >> 20} MiB; replay a shorter span or a coarser step")
     reader = csv.reader(io.StringIO(text.removeprefix("\ufeff")))
-    rows = ((reader.line_num, row) for row in reader if row)
+    try:
+        points = _points(path, ((reader.line_num, row) for row in reader if row))
+    except csv.Error as error:  # a field over the csv module's 128 KiB: no number or time is that long
+        raise DemandError(f"{path}:{reader.line_num}: not a CSV row of numbers ({error})") from None
+    if len(points) < 2:
+        raise DemandError(f"{path}: {len(points)} row(s) of samples; a replay needs at least two to span any time")
+    if points[-1].time - points[0].time > MAX_SPAN_SECONDS:
+        raise DemandError(
+            f"{path}: spans {(points[-1].time - points[0].time) / 86400:,.1f} days, over the "
+            f"{MAX_SPAN_SECONDS / 86400:g} days a replay steps through; replay a shorter span"
+        )
+    return tuple(points)
+
+
+def _points(path: str, rows: Iterator[tuple[int, list[str]]]) -> list[DemandPoint]:
+    """The samples of the rows (line number, fields) after the header, in order; DemandError on the first bad one."""
     first = next(rows, None)
     if first is None:
         raise DemandError(f"{path}: empty; the first line names the columns (time,demand[,queue_max,queue_sum])")
@@ -113,6 +140,4 @@ def parse_demand(text: str, path: str) -> tuple[DemandPoint, ...]:
         if points and point.time <= points[-1].time:
             raise DemandError(f"{path}:{line}: time: not after the row before (times must strictly increase)")
         points.append(point)
-    if len(points) < 2:
-        raise DemandError(f"{path}: {len(points)} row(s) of samples; a replay needs at least two to span any time")
-    return tuple(points)
+    return points

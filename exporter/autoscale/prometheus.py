@@ -5,17 +5,18 @@ Two queries per model, on the same steps: `sum(model:plimsoll_demand_requests:su
 `sum(plimsoll_requests_waiting{model="M"})` (the trace's queue_sum). The span is cut into chunks of at most
 MAX_POINTS_PER_QUERY steps, Prometheus' limit per series (a week at 15 s is 40,320 steps). Each answer is read through
 the one bounded fetch (exporter/sources/http.py: a deadline and a size cap) and checked: a successful matrix of at
-most one series, every value a finite number of at least 0.
+most one series, every time within the range asked, every value a number from 0 to MAX_DEMAND.
 
 Gaps: a step without a demand sample is dropped from the trace, never filled. Prometheus already carries a sample
 forward for its lookback delta (5 min by default), so a missed scrape or rule evaluation never leaves a gap; what
 does is a real outage of the readings (the daemon or the engines down, the rules not evaluated), where the demand
 is unknown. Inventing a value there (a zero, or the last one carried on) would put points in the trace that claim
-a reading nobody made; dropped, the trace holds only what Prometheus recorded. The replay holds each point until
-the next, so across a gap the scaler sees the last reading before it, as an HPA whose metric went missing keeps its
-last decision; a long gap shows in the trace as two points far apart. A step with demand but no queue sample (an
-engine silent about its queue) keeps its demand, with no queue_sum: the replay models the queue only where it was
-recorded.
+a reading nobody made; dropped, the trace holds only what Prometheus recorded. The replay's figures hold each point
+until the next, so the demand across a gap is the last reading before it; the scaler's peak signal sees that
+reading while it is within the demand window and 0 after it (the generated query's `or vector(0)`, as the HPA reads
+it through such an outage). A long gap shows in the trace as two points far apart. A step with demand but no queue
+sample (an engine silent about its queue) keeps its demand, with no queue_sum: the replay models the queue only
+where it was recorded.
 
 Access: a Prometheus behind authentication takes a bearer token or a basic-auth user and password, each secret
 read from a file (as Prometheus' own http client config reads bearer_token_file and basic_auth.password_file), and
@@ -42,9 +43,10 @@ from urllib.parse import urlsplit
 import aiohttp
 from yarl import URL
 
-from exporter.autoscale.demand import MAX_DEMAND_ROWS, DemandError, DemandPoint
+from exporter.autoscale.demand import MAX_DEMAND, MAX_DEMAND_ROWS, DemandError, DemandPoint
 from exporter.config import redact_url, validate_url
 from exporter.core.units import duration
+from exporter.display import shown
 from exporter.files import read_capped
 from exporter.scaling import DEMAND_RECORD, promql_string
 from exporter.sources.http import TLS_FAILED, fetch
@@ -61,6 +63,7 @@ MAX_SECRET_BYTES = 64 << 10
 MAX_CA_BYTES = 4 << 20
 # What the bounded fetch says of an answer that refused the request: Prometheus behind an authenticating proxy.
 _REFUSED = frozenset(("HTTP 401", "HTTP 403"))
+_SENT_PRECISION = 0.001  # seconds: a query's start and end are sent to the millisecond
 _CREDENTIAL_FLAGS = (
     "--prometheus-bearer-token-file FILE, or --prometheus-basic-auth-user USER with --prometheus-password-file FILE"
 )
@@ -191,24 +194,31 @@ def _chunks(first: float, count: int, step_seconds: float) -> list[tuple[float, 
     ]
 
 
-def _value(query: _Query, pair: Any) -> tuple[float, float]:
+def _value(query: _Query, pair: Any, span: tuple[float, float]) -> tuple[float, float]:
     if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int | float)):
         raise DemandError(f"{query.where}: {query.expr}: a sample is not [time, value]: is this a Prometheus?")
     seconds, text = float(pair[0]), pair[1]
+    # A time outside the range asked (or NaN) is no answer to it, and one far out would have the replay step
+    # through years of syncs.
+    if not span[0] - _SENT_PRECISION <= seconds <= span[1] + _SENT_PRECISION:
+        raise DemandError(
+            f"{query.where}: {query.expr}: a sample at {seconds!r} s, outside the range asked ({_moment(span[0])} "
+            f"to {_moment(span[1])}): is this a Prometheus?"
+        )
     try:
         value = float(text)
     except (TypeError, ValueError):
         raise DemandError(f"{query.where}: {query.expr} at {_moment(seconds)}: {text!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
+    if not (math.isfinite(value) and 0 <= value <= MAX_DEMAND):
         raise DemandError(
-            f"{query.where}: {query.expr} at {_moment(seconds)}: {text!r} is not a finite number of at least 0; "
+            f"{query.where}: {query.expr} at {_moment(seconds)}: {text!r} is not a number from 0 to {MAX_DEMAND:g}; "
             "check the series in Prometheus"
         )
     return seconds, value
 
 
-def _samples(query: _Query, text: str) -> dict[float, float]:
-    """time -> value of a range query's answer, checked."""
+def _samples(query: _Query, text: str, span: tuple[float, float]) -> dict[float, float]:
+    """time -> value of a range query's answer over `span`, checked."""
     try:
         answer = json.loads(text)
     except ValueError:
@@ -216,7 +226,8 @@ def _samples(query: _Query, text: str) -> dict[float, float]:
     data = answer.get("data") if isinstance(answer, dict) else None
     if not isinstance(data, dict) or answer.get("status") != "success":
         error = answer.get("error") if isinstance(answer, dict) else None
-        reason = str(error)[:200] if error else "no status success"
+        # Prometheus' own words, on the one line of the error: a line break in them is shown, never broken on.
+        reason = shown(str(error)[:200]) if error else "no status success"
         raise DemandError(f"{query.where}: {query.expr} failed: {reason}")
     if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
         raise DemandError(
@@ -226,10 +237,10 @@ def _samples(query: _Query, text: str) -> dict[float, float]:
     series = data["result"]
     if len(series) > 1:
         raise DemandError(f"{query.where}: {query.expr} answered {len(series)} series where sum() gives one")
-    values = series[0].get("values") if series and isinstance(series[0], dict) else []
+    values = (series[0].get("values") if isinstance(series[0], dict) else None) if series else []
     if not isinstance(values, list):
         raise DemandError(f"{query.where}: {query.expr}: the series has no list of values: is this a Prometheus?")
-    return dict(_value(query, pair) for pair in values)
+    return dict(_value(query, pair, span) for pair in values)
 
 
 def _unanswered(query: _Query, start: float, access: Access, detail: str) -> DemandError:
@@ -265,7 +276,7 @@ async def _range(
     fetched = await fetch(session, str(url), QUERY_TIMEOUT_SECONDS, MAX_ANSWER_BYTES, access.headers)
     if fetched.text is None:
         raise _unanswered(query, span[0], access, fetched.detail or "no answer")
-    return _samples(query, fetched.text)
+    return _samples(query, fetched.text, span)
 
 
 async def demand_from_prometheus(

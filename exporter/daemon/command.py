@@ -36,8 +36,9 @@ def add_run(commands: Subcommands) -> None:
         formatter_class=Formatter,
         description="Without --config or --target, scans this host's usual engine ports (8000, 30000, 8002, 8080, "
         "23333). SIGHUP rebuilds the config from the file, the flags and their environment twins, and re-reads the "
-        "web config (a bad file is rejected and the running one kept; listen, nvml, the web_config path, the web "
-        "config's tls_server_config and request_header_timeout take a restart); SIGTERM drains and exits.",
+        "web config, certificates and client CA included (a bad file is rejected and the running one kept; listen, "
+        "nvml, the web_config path, switching between HTTP and HTTPS, the TLS versions and request_header_timeout "
+        "take a restart); SIGTERM drains and exits.",
     )
     env_twin(p, "--config", "PLIMSOLL_CONFIG", help="YAML config file")
     env_twin(p, "--listen", "PLIMSOLL_LISTEN", help=f"host:port to serve on (config: listen; default {DEFAULT_LISTEN})")

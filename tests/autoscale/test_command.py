@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -320,3 +321,39 @@ def test_the_docs_example_is_this_run(tmp_path: Path, capsys: pytest.CaptureFixt
     docs = (Path(__file__).parents[2] / "docs" / "autoscaling.md").read_text()
     shown = docs.split("$ plimsoll autoscale replay --config plimsoll.yaml --demand burst.csv --out replay\n")[1]
     assert shown.split("\nwrote replay/result.json\n")[0].splitlines() == [line.rstrip() for line in out.splitlines()]
+
+
+def test_ctrl_c_while_prometheus_answers_is_exit_130_and_nothing_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    interrupted, release = threading.Event(), threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # never answers: Ctrl-C comes while the replay waits on the query
+            if not interrupted.is_set():
+                interrupted.set()
+                os.kill(os.getpid(), signal.SIGINT)
+            release.wait(10)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    out = tmp_path / "replay"
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        status = main(
+            ["autoscale", "replay", "--config", str(_config(tmp_path, LLAMA)), "--prometheus", url, "--out", str(out)]
+        )
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C came out of main as a traceback")
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert interrupted.is_set() and status == 130
+    assert capsys.readouterr().err == "plimsoll autoscale: interrupted\n"
+    assert not out.exists()

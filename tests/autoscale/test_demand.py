@@ -30,8 +30,17 @@ def test_rfc3339_times_any_column_order_and_no_queue() -> None:
         ("time,demand,demand\n", f"{PATH}:1: column 'demand' appears twice"),
         ("time,queue_max\n", f"{PATH}:1: no 'demand' column"),
         ("time,demand\n0,1\n15,many\n", f"{PATH}:3: demand: 'many' is not a number"),
-        ("time,demand\n0,1\n15,-2\n", f"{PATH}:3: demand: '-2' is not a finite number of at least 0"),
-        ("time,demand\n0,1\n15,nan\n", f"{PATH}:3: demand: 'nan' is not a finite number of at least 0"),
+        ("time,demand\n0,1\n15,-2\n", f"{PATH}:3: demand: '-2' is not a number from 0 to 1e+12"),
+        ("time,demand\n0,1\n15,nan\n", f"{PATH}:3: demand: 'nan' is not a number from 0 to 1e+12"),
+        # Finite, but a demand times seconds past what a float holds: result.json would say Infinity.
+        ("time,demand\n0,1e308\n15,1\n", f"{PATH}:2: demand: '1e308' is not a number from 0 to 1e+12"),
+        ("time,demand,queue_sum\n0,1,1e13\n", f"{PATH}:2: queue_sum: '1e13' is not a number from 0 to 1e+12"),
+        # Where adding a sync's 15 s no longer changes a float, stepping through the trace would never end.
+        ("time,demand\n1e300,1\n", f"{PATH}:2: time: '1e300' is not a number from 0 to 2.53402e+11"),
+        # Two rows a year apart are two rows, but two million syncs to step through.
+        ("time,demand\n0,1\n31536000,1\n", f"{PATH}: spans 365.0 days, over the 105 days a replay steps through"),
+        # Past the csv module's field limit: its own error, never a traceback.
+        ("time,demand\n0," + "1" * 200_000 + "\n", f"{PATH}:2: not a CSV row of numbers (field larger than"),
         ("time,demand,queue_max\n0,1,2\n15,1,\n", f"{PATH}:3: queue_max: '' is not a number"),
         ("time,demand\n0,1\n15,1,7\n", f"{PATH}:3: 3 fields where the header names 2"),
         ("time,demand\nnoon,1\n", f"{PATH}:2: time: 'noon' is neither seconds nor an RFC 3339 timestamp"),

@@ -200,13 +200,20 @@ def _json(body: object, status: int = 200) -> Callable[[web.Request], Awaitable[
     return respond
 
 
-@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-1"])
-def test_a_value_not_finite_or_negative_names_the_query_and_the_time(bad):
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-1", "1e308"])
+def test_a_value_out_of_bounds_names_the_query_and_the_time(bad):
     at = NOW - 300
     message = _error_from(_json(_matrix([[at - 15, "1"], [at, bad]])))
     assert demand_query(MODEL) in message
     assert time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) in message
-    assert repr(bad) in message and "finite number of at least 0" in message
+    assert repr(bad) in message and "not a number from 0 to 1e+12" in message
+
+
+@pytest.mark.parametrize("when", [NOW + 365 * 86400, 1e300, math.nan])
+def test_a_sample_outside_the_range_asked_is_refused(when):
+    # Taken, a year away would have the replay step through two million syncs, and 1e300 through them forever.
+    message = _error_from(_json(_matrix([[NOW - 15, "1"], [when, "1"]])))
+    assert demand_query(MODEL) in message and f"a sample at {when!r} s, outside the range asked" in message
 
 
 def test_an_instant_vector_instead_of_a_matrix_is_refused():
@@ -222,6 +229,17 @@ def test_two_series_where_sum_gives_one_are_refused():
 def test_a_prometheus_error_shows_its_reason():
     failed = {"status": "error", "errorType": "bad_data", "error": "parse error: unexpected character"}
     assert "failed: parse error: unexpected character" in _error_from(_json(failed))
+
+
+def test_a_prometheus_error_of_several_lines_is_shown_on_one():
+    failed = {"status": "error", "error": "first\nsecond \x1b[31m"}
+    message = _error_from(_json(failed))
+    assert "\n" not in message and "failed: first\\nsecond \\x1b[31m" in message
+
+
+def test_a_series_that_is_not_an_object_is_refused():
+    message = _error_from(_json({"status": "success", "data": {"resultType": "matrix", "result": ["x"]}}))
+    assert "the series has no list of values: is this a Prometheus?" in message
 
 
 def test_an_answer_not_json_is_refused():
