@@ -11,6 +11,7 @@ import asyncio
 import json
 import math
 import os
+import resource
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from rich.console import Console
 
 from exporter.capacity.plan import CapacityPlan
 from exporter.config import Config, ConfigError, Target, load_config, validate_duration
+from exporter.core.units import duration
 from exporter.display import plain, shown
 from exporter.loadtest import runner, workload
 from exporter.loadtest.measure import SloSpec
@@ -35,7 +37,7 @@ from exporter.loadtest.outputs import (
 )
 from exporter.loadtest.progress import Progress, result_table, summary_lines
 from exporter.loadtest.steps import Outcome, SearchSettings, run_steps
-from exporter.loadtest.thresholds import ReplicaKnee, ThresholdsError, write_thresholds
+from exporter.loadtest.thresholds import ReplicaKnee, ThresholdsError, refuse_read_only, write_thresholds
 from exporter.target_model import model_plan, resolve
 
 EXIT_KNEE = 0
@@ -47,6 +49,8 @@ _SLO_NAMES = ("ttft", "itl")
 MAX_RATE = 10_000.0
 # The final table's width where stdout is not a terminal (a file, a CI log): wide enough for every column.
 _TABLE_WIDTH = 160
+# Files the run holds open besides one connection per request in flight: the metrics reads, the outputs, Python's own.
+_SPARE_FILES = 64
 
 
 class LoadtestInputError(ValueError):
@@ -94,7 +98,9 @@ def parse_slos(text: str | None, objective: float) -> SloSpec:
             raise LoadtestInputError(f"--slo: {name}: {error}") from None
     if not 0 < objective < 1:
         hint = f" (did you mean {objective / 100:g}?)" if 1 < objective < 100 else ""
-        raise LoadtestInputError(f"--objective: {objective:g} is not a ratio between 0 and 1{hint}")
+        if objective == 1:
+            hint = " (no number of requests can show that every one will meet the SLOs: e.g. 0.999)"
+        raise LoadtestInputError(f"--objective: {objective:g} is not a ratio above 0 and below 1{hint}")
     return SloSpec(ttft_seconds=thresholds.get("ttft"), itl_seconds=thresholds.get("itl"), objective=objective)
 
 
@@ -149,6 +155,11 @@ def settings_from_args(args: argparse.Namespace, flag_plan: CapacityPlan | None)
         except ConfigError as error:
             raise LoadtestInputError(f"--config: {error}") from None
         target = _config_target(config, args.target, args.config)
+        if args.write:
+            try:
+                refuse_read_only(Path(args.config))
+            except ThresholdsError as error:
+                raise LoadtestInputError(f"--write: {error}") from None
     elif args.target or args.write:
         raise LoadtestInputError(f"{'--target' if args.target else '--write'} needs --config FILE")
     if flag_plan is not None and target is not None and target.model:
@@ -173,17 +184,25 @@ def settings_from_args(args: argparse.Namespace, flag_plan: CapacityPlan | None)
     )
     if args.max_concurrency < 1:
         raise LoadtestInputError(f"--max-concurrency: {args.max_concurrency} must be at least 1")
+    levels = _levels(args.concurrency)
+    _open_files_for(max(levels) if levels else args.max_concurrency, "--concurrency" if levels else "--max-concurrency")
     if not 0 <= args.tolerance < 1:
         raise LoadtestInputError(f"--tolerance: {args.tolerance:g} is not a share in [0, 1) (e.g. 0.1 for 10%)")
     if not 0 <= args.margin < 0.5:
         raise LoadtestInputError(f"--margin: {args.margin:g} is not a share in [0, 0.5) (e.g. 0.05 for 5%)")
+    if args.max_duration < args.warmup + args.step_duration:
+        one_step = duration(args.warmup + args.step_duration)
+        raise LoadtestInputError(
+            f"--max-duration: {duration(args.max_duration)} is shorter than one step (--warmup + --step-duration, "
+            f"{one_step}), so no step could finish: give at least {one_step}, or shorter steps"
+        )
     return LoadtestSettings(
         run=run_settings,
         search=SearchSettings(
             slos=slos,
             max_concurrency=args.max_concurrency,
             tolerance=args.tolerance,
-            levels=_levels(args.concurrency),
+            levels=levels,
             rates=_rates(args.rate, args.concurrency),
         ),
         save_requests=_save_requests(args.save_requests),
@@ -197,6 +216,22 @@ def settings_from_args(args: argparse.Namespace, flag_plan: CapacityPlan | None)
         write=args.write,
         lead_time_seconds=config.lead_time_seconds if config is not None else Config().lead_time_seconds,
     )
+
+
+def _open_files_for(concurrency: int, flag: str) -> None:
+    """Raise this process's limit on open files to what `concurrency` requests in flight need, as far as the hard
+    limit allows, or refuse: past it, connections fail in the load generator itself and would read as a server
+    that stopped answering."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = concurrency + _SPARE_FILES
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise LoadtestInputError(
+            f"{flag}: {concurrency} requests in flight need about {needed} open files, and this process may open "
+            f"{hard} (ulimit -Hn): give at most {max(1, hard - _SPARE_FILES)}, or raise the limit"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
 
 
 def _levels(text: str | None) -> tuple[int, ...]:
@@ -316,12 +351,12 @@ def run_loadtest(settings: LoadtestSettings) -> int:
         if settings.save_requests is not None:
             write_requests(settings.save_requests, outcome.step_runs, settings.search.slos)
     except OSError as error:  # the disk filled or a permission changed during the run: say where, no traceback
-        print(
-            f"plimsoll loadtest: cannot write {error.filename or settings.out_dir}: {error.strerror}", file=sys.stderr
-        )
+        # A failed rename names the temporary file first and the file it was to become second: say the latter.
+        where = error.filename2 or error.filename or settings.out_dir
+        print(f"plimsoll loadtest: cannot write {shown(str(where))}: {error.strerror}", file=sys.stderr)
         return EXIT_NO_ANSWER
     document = result_document(result)
-    messages = _write_back(settings, result, written)
+    messages = _write_back(settings, result, time_limited=outcome.time_limited)
     if settings.output_format == "json":
         print(json.dumps(document, indent=2))
     else:
@@ -342,7 +377,7 @@ def _paths(written: WrittenOutputs) -> list[str]:
     return [str(p) for p in (written.result, written.report, written.thresholds) if p is not None]
 
 
-def _write_back(settings: LoadtestSettings, result: RunResult, written: WrittenOutputs) -> list[str]:
+def _write_back(settings: LoadtestSettings, result: RunResult, *, time_limited: bool) -> list[str]:
     """--write: the measured thresholds, and the knee as one replica's capacity, into the config file; what
     happened, as lines for stderr."""
     if not settings.write or settings.config_path is None:
@@ -350,6 +385,12 @@ def _write_back(settings: LoadtestSettings, result: RunResult, written: WrittenO
     config = settings.config_path
     if result.interrupted:
         return [f"--write: {config} left unchanged: the run was interrupted"]
+    if time_limited:
+        # A search cut short answers lower bounds: the config takes only a finished search's answers.
+        return [
+            f"--write: {config} left unchanged: --max-duration ended the search before it finished; run again with "
+            "a longer one (result.json holds what it measured)"
+        ]
     fragment = result.thresholds.fragment()
     knee = result.search.operating_point
     models = tuple(dict.fromkeys(m for m in (settings.target_model, result.settings.model) if m))

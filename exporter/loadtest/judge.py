@@ -6,13 +6,14 @@ set; errors, timeouts, empty and short answers are misses, never dropped.
 Whether a step meets the objective is decided by Wald's sequential probability ratio test on the miss rate, which
 keeps its error rates however often it is looked at. It tests a miss rate of half the allowed one (the server
 meets the objective with room: "pass") against twice the allowed one ("fail"); at objective 0.99 that is 99.5%
-against 98%. The step may stop as soon as the ratio crosses the fail boundary, and passes once it crosses the pass
-boundary; a step that reaches neither by its end is "unsure", and its point estimate decides (the notes say so).
+against 98%. The step may stop as soon as the ratio crosses the fail boundary; it passes where the ratio over all its
+requests is past the pass boundary at its end, and one between the two is "unsure", decided by its point estimate
+(the notes say so).
 Looks take only the requests sent before the oldest one still in flight, in the order they were sent, so the
 slowest requests (the likely misses) are never judged after the fast ones that overtook them.
 
 `SequentialTest.ALPHA` (a server with room failed) and `BETA` (a server at twice the allowed miss rate passed) are
-the nominal error rates; the rates measured on the stochastic simulator are in tests/loadtest/test_statistics.py.
+the nominal error rates; the rates measured on seeded request streams are in tests/loadtest/test_statistics.py.
 
 A step is saturated, by the engine's own account, when requests waited in at least a tenth of its samples while
 the KV cache was at its ceiling, or the engine preempted: the engine could not hold the load it was offered. The
@@ -315,7 +316,12 @@ def _present(values: Iterable[float | None]) -> list[float]:
 
 
 def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    # A page's absurd count (1e308 waiting) overflows the sum to infinity, which no JSON or threshold can hold; the
+    # shares of it summed stay finite.
+    return mean if math.isfinite(mean) else sum(value / len(values) for value in values)
 
 
 def _increase(counter_values: Sequence[float]) -> float | None:

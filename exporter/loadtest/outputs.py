@@ -25,7 +25,7 @@ RESULT_VERSION = 2  # 2: saturation, knee_range, operating_point; steps gained e
 RESULT_FILE = "result.json"
 REPORT_FILE = "report.html"
 THRESHOLDS_FILE = "thresholds.yaml"
-# The contract for result.json's `knee`: the fields a person or a script reads first.
+# result.json's `knee`: the fields a person or a script reads first (a contract: tests/loadtest/contract.py).
 KNEE_FIELDS = (
     "concurrency",
     "offered_rate",
@@ -119,12 +119,14 @@ def write_outputs(out_dir: Path, run: RunResult) -> WrittenOutputs:
     write_atomically(result_path, _json_text(document))
     write_atomically(report_path, report.render_report(document))
     fragment = run.thresholds.fragment()
-    thresholds_path = None
-    if fragment is not None:
-        thresholds_path = out_dir / THRESHOLDS_FILE
-        write_atomically(
-            thresholds_path, render_thresholds_yaml(fragment, run.settings.lead_time_seconds, _provenance(run))
-        )
+    thresholds_path = out_dir / THRESHOLDS_FILE
+    if fragment is None:
+        # An earlier run's, left beside this run's result, would read as this run's thresholds.
+        thresholds_path.unlink(missing_ok=True)
+        return WrittenOutputs(result=result_path, report=report_path, thresholds=None)
+    write_atomically(
+        thresholds_path, render_thresholds_yaml(fragment, run.settings.lead_time_seconds, _provenance(run))
+    )
     return WrittenOutputs(result=result_path, report=report_path, thresholds=thresholds_path)
 
 

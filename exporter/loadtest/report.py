@@ -96,8 +96,10 @@ def _verdict(result: Mapping[str, Any]) -> str:
     saturation = result["saturation"]
     point = result["operating_point"]
     if point is None:
-        lowest = "the lowest rate" if open_loop(result["steps"]) else "concurrency 1"
-        headline = f"No answer: the SLOs did not hold even at {lowest}, and the engine never saturated."
+        # The lowest load tried: a search starts at concurrency 1, --concurrency and --rate where they say.
+        lowest = min((step for step in result["steps"] if not step["interrupted"]), key=step_load, default=None)
+        at = "the lowest load tried" if lowest is None else _described(lowest)
+        headline = f"No answer: the SLOs did not hold even at {at}, and the engine never saturated."
         if result["limited_by"] == "none":
             headline = "No answer: the run ended before any step passed or saturated the engine."
     else:
@@ -331,6 +333,7 @@ def _steps_table(steps: Sequence[Mapping[str, Any]], operating_point: float | No
                 "interrupted" if step["interrupted"] else None,
                 "unsure: decided by the point estimate" if step["verdict"] == "unsure" else None,
                 f"most misses: {step['failing_slo']}" if step["failing_slo"] else None,
+                _errors_text(step["error_reasons"]),
                 f"engine: {', '.join(step['engine_signals'])}" if step["engine_signals"] else None,
             )
             if part
@@ -339,6 +342,13 @@ def _steps_table(steps: Sequence[Mapping[str, Any]], operating_point: float | No
         css = "knee" if step_load(step) == operating_point else ("fail" if not step["passed"] else "")
         rows.append(f'<tr class="{css}">{"".join(cells)}</tr>')
     return f'<div class="table"><table><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+
+
+def _errors_text(reasons: Mapping[str, int]) -> str | None:
+    """Why the step's requests failed, most frequent first (result.json's error_reasons)."""
+    if not reasons:
+        return None
+    return "errors: " + ", ".join(f"{reason} ({count})" for reason, count in reasons.items())
 
 
 def _slo_text(slos: Mapping[str, Any]) -> str:

@@ -30,6 +30,8 @@ from exporter.loadtest.watch import SAMPLE_INTERVAL_SECONDS
 
 # How long the engine may take, after a step's last request, to run and queue no more than before the run.
 SETTLE_SECONDS = 5.0
+# Connection failures that say no server is there; a connection lost mid-answer may be one dropped connection.
+_NOTHING_LISTENING = frozenset({"connection refused", "cannot connect"})
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Outcome:
     step_runs: tuple[StepRun, ...]  # every step's requests, in the order run (--save-requests)
     notes: tuple[str, ...]
     interrupted: bool
+    time_limited: bool  # --max-duration ended the search: its answers are lower bounds
 
 
 class StepReporter(Protocol):
@@ -100,6 +103,7 @@ async def run_steps(settings: runner.RunSettings, search: SearchSettings, progre
             step_runs=tuple(stepper.runs),
             notes=tuple(dict.fromkeys(notes)),
             interrupted=run.interrupted.is_set(),
+            time_limited=stepper.stopped_by_time_limit,
         )
 
 
@@ -195,10 +199,13 @@ class _Stepper:
 
 
 def _refuse_a_dead_server(step: StepRun) -> None:
-    """Most of a step's requests failing to connect means the server is gone: the run ends (exit 1) rather than
-    judging a dead server as a slow one and writing thresholds from it."""
+    """Most of a step's requests failing to connect, or its last ones (one per request it held in flight) finding
+    nothing listening, means the server is gone: the run ends (exit 1) rather than judging a dead server as a slow
+    one and writing thresholds from it. The second catches a server that died late in the last step run."""
     lost = [record.error for record in step.requests if record.error in CONNECTION_FAILURES]
-    if step.requests and len(lost) * 2 > len(step.requests):
+    last = sorted(step.requests, key=lambda record: record.sent_at)[-step.concurrency :]
+    gone = bool(last) and all(record.error in _NOTHING_LISTENING for record in last)
+    if step.requests and (len(lost) * 2 > len(step.requests) or gone):
         raise runner.LoadtestError(
             f"the server stopped answering at {step.load_text}: {len(lost)} of {len(step.requests)} "
             f"requests failed ({lost[-1]}); nothing was written"

@@ -10,7 +10,6 @@ is the mean number of requests waiting there, rounded up: more than that waiting
 
 import math
 import os
-import shutil
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -164,8 +163,10 @@ def write_thresholds(config_path: Path, fragment: Fragment | None, knee: Replica
     except RecursionError:
         raise ThresholdsError(f"{config_path}: not YAML that can be edited in place (nested too deeply)") from None
     updated = _head_ruamel_drops(original) + stream.getvalue()
+    if "\r\n" in original:  # ruamel writes "\n": a file edited on Windows keeps its line ends, so only set lines change
+        updated = updated.replace("\r\n", "\n").replace("\n", "\r\n")
     _refuse_new_problems(original, updated, str(path), config_path)
-    _refuse_read_only(path, config_path)
+    refuse_read_only(config_path)
     try:
         changed = read_config_text(path) != original
     except ConfigError as error:
@@ -174,9 +175,11 @@ def write_thresholds(config_path: Path, fragment: Fragment | None, knee: Replica
         raise ThresholdsError(f"{config_path}: changed while it was being updated, so not written: run again")
     backup = path.with_name(f"{path.name}.bak")
     try:
-        backup.unlink(missing_ok=True)  # a symlink there is removed, not written through to what it points at
-        shutil.copy2(path, backup)
-        write_atomically(path, updated, path.stat().st_mode & 0o7777)
+        mode = path.stat().st_mode & 0o7777
+        # The backup too is whole or not at all: a disk that fills while it is written keeps the previous one. Its
+        # rename replaces a symlink there rather than writing through it.
+        write_atomically(backup, original, mode)
+        write_atomically(path, updated, mode)
     except OSError as error:
         raise ThresholdsError(
             f"{config_path}: cannot write the updated config ({error.strerror}); it is unchanged"
@@ -194,9 +197,11 @@ def _refuse_unlabelable(models: Sequence[str], config_path: Path) -> None:
             raise ThresholdsError(f"{config_path}: not written: model {error}") from None
 
 
-def _refuse_read_only(path: Path, config_path: Path) -> None:
+def refuse_read_only(config_path: Path) -> None:
     """A file its owner made read-only, or one this user may not write, is not replaced: the rename that writes it
-    atomically would succeed in a writable directory regardless, and make this user its owner."""
+    atomically would succeed in a writable directory regardless, and make this user its owner. Checked before the
+    run as well, so a run that could not be written back is refused before it is measured."""
+    path = config_path.resolve()
     try:
         writable = os.access(path, os.W_OK) and path.stat().st_mode & stat.S_IWUSR
     except OSError as error:
@@ -235,8 +240,11 @@ def _head_ruamel_drops(original: str) -> str:
 def _mapping_indent(document: CommentedMap) -> int:
     """The file's indentation of a nested block mapping (2 where it has none), so the edit rewrites no other line."""
     for value in document.values():
-        if isinstance(value, CommentedMap) and not value.fa.flow_style() and value.lc.col:
-            return int(value.lc.col)
+        if isinstance(value, CommentedMap) and not value.fa.flow_style():
+            # Its keys' column, not the mapping's: an anchored one (`base: &b`) starts after the anchor.
+            columns = [position[1] for position in (value.lc.data or {}).values()]
+            if columns and columns[0]:
+                return int(columns[0])
     return 2
 
 

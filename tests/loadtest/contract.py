@@ -1,5 +1,5 @@
-"""result.json's contract as issue 8 states it, written out here rather than taken from exporter.loadtest.outputs,
-so a key dropped from the code fails the tests instead of changing what they expect."""
+"""result.json's contract for `knee`, the fields scripts read, written out here rather than taken from
+exporter.loadtest.outputs, so a key dropped from the code fails the tests instead of changing what they expect."""
 
 KNEE_KEYS = frozenset(
     {

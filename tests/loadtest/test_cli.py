@@ -8,6 +8,7 @@ import asyncio
 import csv
 import json
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -19,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import main
-from exporter.loadtest.command import LoadtestInputError, parse_slos
+from exporter.cli import build_parser, main
+from exporter.loadtest.command import LoadtestInputError, parse_slos, settings_from_args
 from exporter.loadtest.measure import SloSpec
 from tests.loadtest.contract import KNEE_KEYS
 from tests.loadtest.fake_openai import Behaviour, FakeOpenAI, closed_port, serving
@@ -100,7 +101,9 @@ def test_slo_flag_takes_named_thresholds_with_units() -> None:
         ("e2e=2s", 0.99, "'e2e' is not an SLO this command judges"),
         ("ttft=1s,ttft=2s", 0.99, "ttft is given twice"),
         ("ttft=fast", 0.99, "is not a duration"),
-        ("ttft=500ms", 99, "--objective: 99 is not a ratio between 0 and 1 (did you mean 0.99?)"),
+        ("ttft=500ms", 99, "--objective: 99 is not a ratio above 0 and below 1 (did you mean 0.99?)"),
+        ("ttft=500ms", 1.0, "--objective: 1 is not a ratio above 0 and below 1 (no number of requests can show"),
+        ("ttft=500ms", 0, "--objective: 0 is not a ratio above 0 and below 1"),
     ],
 )
 def test_bad_slo_is_refused_naming_the_flag(slo: str, objective: float, message: str) -> None:
@@ -134,6 +137,11 @@ def test_bad_input_exits_2_with_one_line_and_sends_nothing(capsys: pytest.Captur
         (("--out", "/dev/null/out"), "plimsoll loadtest: --out: /dev/null is not a directory"),
         (("--save-requests", "/dev/null/r.csv"), "plimsoll loadtest: --save-requests: /dev/null is not a directory"),
         (
+            ("--max-duration", "1s"),
+            "plimsoll loadtest: --max-duration: 1s is shorter than one step (--warmup + --step-duration, 1s200ms), so "
+            "no step could finish",
+        ),
+        (
             ("--save-requests", "out.txt"),
             "plimsoll loadtest: --save-requests: 'out.txt' must end in .csv or .jsonl (the format it is written in)",
         ),
@@ -153,6 +161,54 @@ def test_bad_levels_or_requests_file_exit_2_naming_the_flag_and_send_nothing(
 def test_write_without_config_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["loadtest", "--url", "http://127.0.0.1:1", "--slo", "ttft=1s", "--write"]) == 2
     assert "--write needs --config FILE" in capsys.readouterr().err
+
+
+def test_write_into_a_read_only_config_is_refused_before_any_load_is_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "plimsoll.yaml"
+    config.write_text("nvml: false\n")
+    config.chmod(0o444)
+    with fake_server(Behaviour()) as fake:
+        status = main(loadtest_args(fake.url, "ttft=500ms", "--config", str(config), "--write"))
+    assert status == 2
+    assert capsys.readouterr().err.startswith(f"plimsoll loadtest: --write: {config}: read-only, so not written")
+    assert fake.observed.requests == 0
+
+
+def test_a_concurrency_past_the_open_files_limit_is_refused_before_any_load_is_sent(tmp_path: Path) -> None:
+    # Past the limit every connection fails in the load generator itself: the run would read as a dead server.
+    port = closed_port()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            *loadtest_args(f"http://127.0.0.1:{port}", "ttft=1s", "--concurrency", "4,200"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (100, 100)),
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "plimsoll loadtest: --concurrency: 200 requests in flight need about 264 open files, and this process may "
+        "open 100 (ulimit -Hn): give at most 36, or raise the limit"
+    ]
+
+
+def test_the_open_files_limit_is_raised_to_what_the_concurrency_needs() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 512 + 64:
+        pytest.skip(f"this machine's hard limit on open files, {hard}, is under what the test raises it to")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (100, hard))
+    try:
+        settings_from_args(build_parser().parse_args(loadtest_args("http://127.0.0.1:1", "ttft=1s")), None)
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 512 + 64  # the default --max-concurrency, and spare
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_server_down_exits_1_with_one_line_no_traceback(tmp_path: Path) -> None:
@@ -283,6 +339,36 @@ def test_write_sets_the_measured_thresholds_in_the_config_and_keeps_a_backup(
     assert "# our fleet" in updated and "lead_time: 10m" in updated
     assert (tmp_path / "plimsoll.yaml.bak").read_text() == original
     assert f"updated {config}" in capsys.readouterr().err
+
+
+def test_write_leaves_the_config_alone_when_the_time_limit_cut_the_search_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "plimsoll.yaml"
+    original = "saturation:\n  kv_usage: 0.8\n"
+    config.write_text(original)
+    # Steps of 1.2 s that all pass, up to 512: the 3 s limit ends the search a step or two in.
+    flags = ("--max-duration", "3s", "--config", str(config), "--write", "--out", str(tmp_path / "out"))
+    with fake_server(Behaviour(itl_seconds=0.001, metrics_page=IDLE_PAGE)) as fake:
+        status = main(loadtest_args(fake.url, "ttft=500ms", *flags))
+    err = capsys.readouterr().err
+    assert status == 0, err
+    assert "--max-duration ended the search before it finished" in err
+    assert config.read_text() == original
+    assert not (tmp_path / "plimsoll.yaml.bak").exists()
+    assert json.loads((tmp_path / "out" / "result.json").read_text())["operating_point"] >= 1
+
+
+def test_an_output_that_cannot_be_written_is_named_in_one_line_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    (out / "result.json").mkdir(parents=True)  # in the way of the file
+    with fake_server(Behaviour(itl_seconds=0.001)) as fake:
+        status = main(loadtest_args(fake.url, "ttft=500ms", "--max-concurrency", "1", "--out", str(out)))
+    err = capsys.readouterr().err
+    assert status == 1
+    assert err.strip().splitlines()[-1] == f"plimsoll loadtest: cannot write {out / 'result.json'}: Is a directory"
 
 
 AUTOSCALED = """\

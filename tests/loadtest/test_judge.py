@@ -15,6 +15,7 @@ from exporter.loadtest.judge import (
 )
 from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun
 from exporter.loadtest.sketch import RELATIVE_ACCURACY, DurationSummary
+from exporter.loadtest.thresholds import derive_thresholds
 
 SLOS = SloSpec(ttft_seconds=0.5, itl_seconds=0.05, objective=0.9)
 
@@ -216,3 +217,12 @@ def test_a_step_is_not_ended_while_the_rest_of_it_could_still_undo_a_signal(samp
 def test_a_preemption_is_saturation_at_once() -> None:
     samples = [sample(0.6, 0, 7.0)] * 4 + [sample(0.6, 0, 8.0)]
     assert certainly_saturated(samples, PLANNED) == "certainly saturated: the engine preempted requests"
+
+
+def test_an_absurd_queue_on_the_engine_s_page_keeps_a_finite_mean_and_a_threshold() -> None:
+    # 1e308 waiting is a number the page may hold; two of them summed are infinity, which result.json cannot hold.
+    engine = tuple(EngineSample(t, 0.5, 1e308, 1e308, 0.0) for t in (0.0, 0.25, 0.5))
+    summary = summarize(step([record()] * 20, engine), SLOS)
+    assert summary.requests_waiting == pytest.approx(1e308)
+    assert summary.requests_running == pytest.approx(1e308)
+    assert derive_thresholds(summary).queue is not None

@@ -100,6 +100,12 @@ def test_no_knee_gives_a_null_knee_no_thresholds_file_and_still_a_report(tmp_pat
     assert written.report.stat().st_size > 0
 
 
+def test_a_run_without_thresholds_removes_an_earlier_runs_thresholds_file_from_the_same_directory(tmp_path):
+    assert write_outputs(tmp_path, built_steps.several_steps()).thresholds == tmp_path / "thresholds.yaml"
+    written = write_outputs(tmp_path, built_steps.no_knee())
+    assert written.thresholds is None and not (tmp_path / "thresholds.yaml").exists()
+
+
 def test_an_interrupted_run_says_so_and_keeps_what_it_measured(tmp_path):
     document = json.loads(write_outputs(tmp_path, built_steps.interrupted()).result.read_text())
     assert document["interrupted"] is True

@@ -164,7 +164,32 @@ def test_a_level_run_twice_is_one_point_on_the_charts_its_last_run():
     assert re.findall(r'class="tick"[^>]*>(\d+)<', throughput)[:5] == ["0", "25", "50", "75", "100"]
 
 
-def test_text_from_the_server_is_escaped():
-    built = built_steps.no_knee()
-    html = render_report({**result_document(built), "model": "<script>alert(1)</script>"})
-    assert "<script>" not in html and "&lt;script&gt;" in html
+def test_no_answer_names_the_lowest_load_tried_not_concurrency_1():
+    # --concurrency 4,8: neither met the SLOs, and 1 was never run.
+    document = result_document(built_steps.no_knee())
+    steps = [{**document["steps"][0], "concurrency": load} for load in (8, 4)]
+    html = render_report({**document, "steps": steps})
+    assert "No answer: the SLOs did not hold even at concurrency 4, and the engine never saturated." in html
+
+
+@pytest.mark.parametrize("where", ["model", "note", "engine_error", "error_reason", "ended_early"])
+def test_text_from_the_server_is_escaped(where):
+    hostile = "<script>alert(1)</script>"
+    document = result_document(built_steps.no_knee())
+    step = document["steps"][0]
+    changed = {
+        "model": {**document, "model": hostile},
+        "note": {**document, "notes": [f"engine metrics unreachable: {hostile}"]},
+        "engine_error": {**document, "steps": [{**step, "engine_error": hostile}]},
+        "error_reason": {**document, "steps": [{**step, "error_reasons": {hostile: 3}}]},
+        "ended_early": {**document, "steps": [{**step, "ended_early": hostile}]},
+    }[where]
+    html = render_report(changed)
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_each_step_says_why_its_requests_failed():
+    document = result_document(built_steps.no_knee())
+    step = {**document["steps"][0], "error_reasons": {"http 503": 2, "timeout": 1}}
+    html = render_report({**document, "steps": [step]})
+    assert "errors: http 503 (2), timeout (1)" in html

@@ -122,9 +122,12 @@ def test_write_adds_a_saturation_block_where_the_config_has_none(tmp_path):
     assert path.read_text().startswith("# minimal\n")
 
 
-def test_a_write_that_fails_leaves_the_config_whole_and_no_temporary_file(tmp_path, monkeypatch):
+def test_a_write_that_fails_leaves_the_config_and_its_previous_backup_whole_and_no_temporary_file(
+    tmp_path, monkeypatch
+):
     path = tmp_path / "plimsoll.yaml"
     path.write_text(CONFIG)
+    (tmp_path / "plimsoll.yaml.bak").write_text("the previous backup\n")
 
     def disk_full(descriptor):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -135,6 +138,7 @@ def test_a_write_that_fails_leaves_the_config_whole_and_no_temporary_file(tmp_pa
     ):
         write_thresholds(path, {"saturation": {"kv_usage": 0.8}})
     assert path.read_text() == CONFIG
+    assert (tmp_path / "plimsoll.yaml.bak").read_text() == "the previous backup\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plimsoll.yaml", "plimsoll.yaml.bak"]
 
 
@@ -350,3 +354,22 @@ def test_write_refuses_a_model_that_is_not_a_label_value_and_leaves_the_config_a
     assert "a label value is printable text" in message and "\n" not in message
     assert path.read_text() == FLEET
     assert not (tmp_path / "plimsoll.yaml.bak").exists()
+
+
+def test_an_anchored_mapping_keeps_the_file_s_indentation(tmp_path):
+    # An anchor puts the mapping's own position after `&base` on the key's line: read from it, the file would be
+    # rewritten at an 8-space indent.
+    path = tmp_path / "plimsoll.yaml"
+    original = "x-defaults: &base\n  lead_time: 20m\nsaturation:\n  <<: *base\n  queue: 4\nnvml: false\n"
+    path.write_text(original)
+    write_thresholds(path, {"saturation": {"queue": 2}})
+    assert _changed_lines(original, path.read_text()) == [("  queue: 4", "  queue: 2")]
+
+
+def test_a_config_with_windows_line_ends_keeps_them(tmp_path):
+    path = tmp_path / "plimsoll.yaml"
+    original = CONFIG.replace("\n", "\r\n")
+    path.write_bytes(original.encode())
+    write_thresholds(path, {"saturation": {"kv_usage": 0.8}})
+    updated = path.read_bytes().decode()
+    assert updated == original.replace("kv_usage: 0.90      #", "kv_usage: 0.8       #")
