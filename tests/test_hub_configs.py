@@ -70,9 +70,12 @@ def plimsoll(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str
 
 
 def hub_env(home: Path, **extra: str) -> dict[str, str]:
-    """This environment without the developer's own Hugging Face settings, its cache under `home`."""
+    """This environment without the developer's own Hugging Face settings, its cache under `home`. The library's
+    10 s waits for an answer are lengthened: on a busy machine the stand-in Hub, a thread of the test process, can
+    be slower than that, and a timeout there would fail the test for the machine's load, not the code."""
     names = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_ENDPOINT", "HF_HUB_CACHE")
-    return {**{k: v for k, v in os.environ.items() if k not in names}, "HF_HOME": str(home), **extra}
+    patient = {"HF_HUB_ETAG_TIMEOUT": "60", "HF_HUB_DOWNLOAD_TIMEOUT": "60"}
+    return {**{k: v for k, v in os.environ.items() if k not in names}, "HF_HOME": str(home), **patient, **extra}
 
 
 def plan_json(env: dict[str, str], model: str) -> dict:
