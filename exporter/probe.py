@@ -3,15 +3,17 @@
 import argparse
 import asyncio
 import json
+import signal
 import sys
 from typing import Any
 
 from exporter.cli_args import EXIT_OK, Formatter, Subcommands, duration_arg
+from exporter.config import ENGINE_NAMES, redact_url
 from exporter.display import shown
 from exporter.files import NotARegularFile, read_regular_file
-from exporter.sources.engines import detect, read_page
-from exporter.sources.engines.base import reading_dict
-from exporter.sources.promtext import parse
+from exporter.sources.engines import ADAPTERS, detect, keep_filter, read_page
+from exporter.sources.engines.base import PageLimits, reading_dict
+from exporter.sources.promtext import TooManySeries, parse
 
 MAX_PAGE_BYTES = 32 * 1024 * 1024
 _HEADLINE = (
@@ -23,8 +25,17 @@ _HEADLINE = (
 )
 
 
+def _is_url(source: str) -> bool:
+    return source.startswith(("http://", "https://"))
+
+
+def _named(source: str) -> str:
+    """The source fit to print: a URL's password (aiohttp logs in with it) is masked."""
+    return redact_url(source) if _is_url(source) else source
+
+
 def _too_large(source: str) -> str:
-    return f"{source} is over {MAX_PAGE_BYTES:,} bytes, more than any engine's page"
+    return f"{_named(source)} is over {MAX_PAGE_BYTES:,} bytes, more than any engine's page"
 
 
 def _bounded(data: bytes, source: str) -> tuple[str | None, str | None]:
@@ -46,7 +57,7 @@ def _read_file(source: str) -> tuple[str | None, str | None]:
 async def _text(source: str, timeout: float) -> tuple[str | None, str | None]:
     if source == "-":
         return _bounded(sys.stdin.buffer.read(MAX_PAGE_BYTES + 1), "stdin")
-    if source.startswith(("http://", "https://")):
+    if _is_url(source):
         import aiohttp  # loads only for a URL: every other command, `plimsoll plan` included, starts without it
 
         from exporter.sources.http import fetch
@@ -61,11 +72,22 @@ async def _text(source: str, timeout: float) -> tuple[str | None, str | None]:
 
 async def probe(source: str, engine: str, timeout: float) -> dict[str, Any]:
     text, failure = await _text(source, timeout)
-    result: dict[str, Any] = {"source": source, "engine": None, "error": failure, "detection": [], "readings": []}
+    result: dict[str, Any] = {
+        "source": _named(source),
+        "engine": None,
+        "error": failure,
+        "detection": [],
+        "readings": [],
+    }
     result.update(dict.fromkeys(_HEADLINE))
     if text is None:
         return result
-    _, scores = detect(parse(text))
+    try:
+        # The daemon's parse (the names an engine reads, at most max_series of them): probe shows the detection the
+        # daemon makes, and a 32 MB page of other samples costs seconds, not the 1.2 GB that keeping them all took.
+        _, scores = detect(parse(text, keep_filter(ADAPTERS), PageLimits().max_series))
+    except TooManySeries:
+        scores = []  # read_page below says so
     result["detection"] = [
         {"engine": name, "score": detection.score, "evidence": list(detection.evidence)} for name, detection in scores
     ]
@@ -108,13 +130,18 @@ def add_probe(commands: Subcommands) -> None:
         "reading. Exit 1 when nothing could be read (down, not a metrics page, unknown engine).",
     )
     p.add_argument("source", metavar="URL|FILE")
-    p.add_argument("--engine", default="auto", help="force an engine vocabulary instead of detecting it")
+    p.add_argument(
+        "--engine", default="auto", choices=ENGINE_NAMES, help="force an engine vocabulary instead of detecting it"
+    )
     p.add_argument("--timeout", type=duration_arg, default="5s", help="how long to wait for the page, e.g. 5s")
     p.add_argument("--format", default="table", choices=["table", "json"], help="table for people, json for scripts")
     p.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    result = asyncio.run(probe(args.source, args.engine, args.timeout))
+    try:
+        result = asyncio.run(probe(args.source, args.engine, args.timeout))
+    except KeyboardInterrupt:  # Ctrl-C while the endpoint is slow to answer: the user's choice, not a crash
+        return 128 + signal.SIGINT
     print(json.dumps(result, indent=2) if args.format == "json" else probe_table(result))
     return EXIT_OK if result["readings"] else 1

@@ -84,6 +84,32 @@ poll_interval: soon
     assert len(problems) == 5
 
 
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://x:1/metrics\x1b[2J", "'http://x:1/metrics\\x1b[2J' is not a URL: it holds a space or a control"),
+        ("http://x:1/metrics\nhost", "'http://x:1/metrics\\nhost' is not a URL: it holds a space or a control"),
+        ("http://a b:1/metrics", "'http://a b:1/metrics' is not a URL: it holds a space or a control"),
+        ("http://a\u2028b:1/metrics", "'http://a\\u2028b:1/metrics' is not a URL: it holds a space or a control"),
+        ("http://a<<b:1/metrics", "'http://a<<b:1/metrics' is not a URL (expected http://host:port/path)"),
+        ('http://a"b:1/metrics', "'http://a\"b:1/metrics' is not a URL (expected http://host:port/path)"),
+    ],
+)
+def test_a_url_whose_host_could_not_name_a_target_is_refused(url: str, problem: str):
+    """A target without a name is named by its host:port: it must be a label value (no escape, no line break, no
+    <<), as a name given is."""
+    with pytest.raises(ConfigError) as error:
+        parse_config(yaml.safe_dump({"targets": [{"url": url}]}), "c.yaml", environ={})
+    (found,) = error.value.problems
+    assert found.startswith(f"c.yaml: targets[0].url: {problem}"), found
+
+
+def test_hosts_of_every_kind_name_their_target():
+    urls = ["http://[fe80::1%25eth0]:8000/metrics", "http://bücher.example:8000/m", "http://my_host:80/m?x=1#f"]
+    config = parse_config(yaml.safe_dump({"targets": [{"url": url} for url in urls]}), "c.yaml", environ={})
+    assert [t.name for t in config.targets] == ["[fe80::1%25eth0]:8000", "bücher.example:8000", "my_host:80"]
+
+
 def test_unknown_fields_are_named_with_the_expected_ones():
     with pytest.raises(ConfigError, match=r"config.yaml: targets\[0\].modle: unknown field"):
         parse_config("targets: [{url: 'http://a:1/metrics', modle: x}]", "config.yaml", environ={})
@@ -310,6 +336,20 @@ targets:
 """
     a, b = parse_config(text, "c.yaml", environ={}).targets
     assert (a.engine, b.engine, b.deployment.tensor_parallel) == ("vllm", "vllm", 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key"),
+    [
+        ("poll_interval: 5s\nnvml: false\npoll_interval: 1h\n", 3, "poll_interval"),
+        ("targets:\n  - url: 'http://a:1/metrics'\n    name: a\n    'url': 'http://b:1/metrics'\n", 4, "url"),
+        ("alerting: &a {runbook_url: x}\nslos: [*a, {name: b, name: c}]\n", 2, "name"),
+    ],
+)
+def test_a_key_written_twice_in_one_map_is_refused_naming_its_line(text: str, line: int, key: str):
+    """YAML keeps the last of two equal keys without a word: the first value would be dropped unseen."""
+    with pytest.raises(ConfigError, match=rf"c\.yaml: not usable YAML: line {line}: the key '{key}' is written twice"):
+        parse_config(text, "c.yaml", environ={})
 
 
 def test_an_alias_inside_its_own_anchor_is_refused():
@@ -659,3 +699,32 @@ def test_a_priced_gpu_name_that_is_not_a_label_value_is_refused_on_one_line():
     document = 'pricing:\n  gpu_hour: {"NVIDIA A40\\rkind: ConfigMap": 1.2}\n'
     (problem,) = check_config(document, "c.yaml", environ={}).problems
     assert problem.startswith("c.yaml: pricing.gpu_hour: 'NVIDIA A40\\rkind: ConfigMap' is not a usable label value")
+
+
+def test_a_duration_past_a_year_is_refused_where_a_sleep_on_it_would_overflow():
+    problems = check_config("poll_interval: 99999999999h\nslo_period: 366d\n", "c.yaml", environ={}).problems
+    assert problems == ("c.yaml: poll_interval: '99999999999h' is out of range: Plimsoll accepts durations up to 366d",)
+
+
+def test_replica_counts_past_what_kubernetes_takes_are_refused_not_written_into_a_scaler():
+    """maxReplicas is an int32 in the HPA and ScaledObject APIs: a larger one generated a file the API refuses."""
+    workload = "{model: m, name: m, namespace: n, max_replicas: 1e300, knee_concurrency: 2e6, gpus_per_replica: 2e6}"
+    problems = check_config(f"autoscaling: {{workloads: [{workload}]}}", "c.yaml", environ={}).problems
+    assert problems == (
+        "c.yaml: autoscaling.workloads[0].max_replicas: '1e300' is out of range: Plimsoll accepts 1 to 2,147,483,647",
+        "c.yaml: autoscaling.workloads[0].knee_concurrency: '2e6' is out of range: Plimsoll accepts 1 to 1,048,576",
+        "c.yaml: autoscaling.workloads[0].gpus_per_replica: '2e6' is out of range: Plimsoll accepts 1 to 1,048,576",
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("https://ops:hunter2@wiki.example/RUNBOOK.md", "credentials in the runbook URL would show in every alert"),
+        ("ftp://ops:hunter2@wiki.example/RUNBOOK.md", "'ftp://***@wiki.example/RUNBOOK.md' is not an http(s) URL"),
+        ("https://ops:hunter2@[::1/RUNBOOK.md", "'https://***@[::1/RUNBOOK.md' is not an http(s) URL"),
+    ],
+)
+def test_a_runbook_url_with_a_password_is_refused_without_repeating_it(url: str, problem: str):
+    (found,) = check_config(yaml.safe_dump({"alerting": {"runbook_url": url}}), "c.yaml", environ={}).problems
+    assert found.startswith(f"c.yaml: alerting.runbook_url: {problem}") and "hunter2" not in found, found

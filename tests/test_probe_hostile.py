@@ -1,11 +1,16 @@
 """`plimsoll probe` on hostile input: a page whose labels hold terminal escapes, a source that never ends (a
-device, a pipe, an endless answer) and one larger than the cap. Escapes print escaped; every read stops at the
-cap; a source that is not a regular file is refused, named, before a byte is read."""
+device, a pipe, an endless answer) and one larger than the cap, a page of samples no engine reads, a URL holding a
+password or not a URL at all, a bad flag, and Ctrl-C while the endpoint stalls. Escapes print escaped; every read
+stops at the cap; a source that is not a regular file is refused, named, before a byte is read; a password is
+never printed; an interrupted probe exits 130 without a traceback."""
 
 import asyncio
 import os
+import resource
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,3 +111,74 @@ def test_stdin_that_never_ends_is_read_to_the_cap():
 
 def test_an_answer_that_never_ends_is_cut_at_the_cap(pages: str):
     _refused(_probe(pages + "/endless"), f"over {MAX_PAGE_BYTES:,} bytes")
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_a_password_in_the_url_is_never_printed(pages: str, output: str):
+    with_password = pages.replace("http://", "http://ops:hunter2@")
+    read = _probe(with_password + "/hostile", "--format", output)
+    assert read.returncode == 0, read.stderr
+    refused = _probe(with_password + "/endless", "--format", output)
+    for done in (read, refused):
+        assert "hunter2" not in done.stdout + done.stderr
+        assert pages.replace("http://", "http://***@") in done.stdout, done.stdout
+
+
+def test_an_engine_plimsoll_does_not_read_is_a_bad_flag_refused_before_any_read():
+    done = _probe("--engine", "bogus", "/dev/zero")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "argument --engine: invalid choice: 'bogus'" in done.stderr
+
+
+def test_ctrl_c_while_the_endpoint_is_slow_ends_with_130_and_no_traceback():
+    asked = threading.Event()
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        asked.set()
+        while True:  # a comment now and then, until the reader has gone (the write then raises)
+            await asyncio.sleep(0.2)
+            await response.write(b"#\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", trickle)
+    with app_in_thread(app) as url:
+        command = [sys.executable, "-m", "exporter", "probe", url + "/metrics", "--timeout", "60s"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert asked.wait(COMMAND_TIMEOUT_SECONDS), "plimsoll probe never asked for the page"
+            process.send_signal(signal.SIGINT)
+            stdout, stderr = process.communicate(timeout=COMMAND_TIMEOUT_SECONDS)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert process.returncode == 128 + signal.SIGINT and stdout == "" and "Traceback" not in stderr, stderr
+
+
+def test_a_page_of_samples_no_engine_reads_costs_the_daemons_parse_not_a_gigabyte(tmp_path: Path):
+    """Every sample kept, a 32 MB page of short lines took 1.2 GB and 26 s; the names an engine reads take 0.3 GB."""
+    page = tmp_path / "other.prom"
+    line = b'a{b="c"} 1\n'
+    page.write_bytes(line * (MAX_PAGE_BYTES // len(line)))
+
+    def at_most_768_mib() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (768 << 20, 768 << 20))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter", "probe", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_SECONDS,
+        env={"PATH": "/usr/bin:/bin"},
+        preexec_fn=at_most_768_mib,
+    )
+    _refused(done, "error    no engine vocabulary recognised on this page")
+
+
+def test_a_url_that_is_not_one_is_a_bad_argument_named_without_its_password():
+    done = _probe("http://ops:hunter2@127.0.0.1:99999/metrics")
+    assert done.returncode == 2 and done.stdout == "" and "hunter2" not in done.stderr
+    assert done.stderr.startswith("plimsoll probe: http://***@127.0.0.1:99999/metrics is not a URL: ")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

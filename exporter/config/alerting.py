@@ -6,7 +6,14 @@ from urllib.parse import urlsplit
 
 from exporter.config.model import AlertingConfig
 from exporter.config.reader import Reader
-from exporter.config.validators import shown, text_value, validate_duration, validate_ratio, validate_request_count
+from exporter.config.validators import (
+    redact_url,
+    shown,
+    text_value,
+    validate_duration,
+    validate_ratio,
+    validate_request_count,
+)
 from exporter.core.units import parse_size, value_kind
 
 _ALERTING_FIELDS = (
@@ -35,11 +42,17 @@ def _runbook_url(value: Any) -> str:
     """An http(s) page; anchors are appended, so the URL must not carry its own. It becomes each alert's
     runbook_url annotation, which Prometheus expands as a Go template."""
     text = text_value("the URL of the runbook, such as https://example.com/RUNBOOK.md")(value)
-    parts = urlsplit(text)
+    not_a_url = ValueError(
+        f"{shown(redact_url(text))} is not an http(s) URL on one line (expected e.g. https://example.com/RUNBOOK.md)"
+    )
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # an unclosed [ of an IPv6 host
+        raise not_a_url from None
     if parts.scheme not in ("http", "https") or not parts.netloc or not text.isprintable():
-        raise ValueError(
-            f"{shown(text)} is not an http(s) URL on one line (expected e.g. https://example.com/RUNBOOK.md)"
-        )
+        raise not_a_url
+    if "@" in parts.netloc:
+        raise ValueError("credentials in the runbook URL would show in every alert: give the page's own URL")
     if "{{" in text or "}}" in text:
         raise ValueError(f"{shown(text)} holds {{{{ or }}}}: Prometheus would read it as a template; write %7B or %7D")
     if parts.fragment or text.endswith("#"):

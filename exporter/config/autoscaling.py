@@ -4,16 +4,17 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from exporter.capacity.plan import MAX_PARALLEL, MAX_SEQUENCES
 from exporter.config.model import AutoscalingConfig, ConfigError, ScaledWorkload
 from exporter.config.pricing import validate_gpu_type
 from exporter.config.reader import Reader
 from exporter.config.validators import (
     label_value,
     one_of,
+    positive_int_at_most,
     shown,
     text_value,
     validate_duration,
-    validate_positive_int,
     validate_ratio,
     validate_url,
 )
@@ -36,6 +37,10 @@ WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _MODEL_LABEL = label_value("the model label its engine series carry, such as meta-llama/Llama-3.1-8B-Instruct")
+# The generated HPA's and ScaledObject's replica counts are int32 in the Kubernetes API: past that, it refuses them.
+_REPLICAS = positive_int_at_most(2**31 - 1)
+_CONCURRENCY = positive_int_at_most(MAX_SEQUENCES)  # the requests one engine batches
+_GPUS = positive_int_at_most(MAX_PARALLEL * MAX_PARALLEL)  # tensor x pipeline parallel, as targets' deployment
 
 
 def check_model_labels(section: AutoscalingConfig) -> None:
@@ -72,8 +77,8 @@ def _workload(r: Reader, raw: Any, path: str) -> ScaledWorkload | None:
     name = r.convert(data, "name", p, _kubernetes_name(_OBJECT_NAME, "a Kubernetes object name"), None)
     namespace = r.convert(data, "namespace", p, _kubernetes_name(_NAMESPACE, "a Kubernetes namespace"), None)
     # At least 1: an HPA cannot scale to zero (without a feature gate), and an LLM replica takes minutes to start.
-    min_replicas = r.convert(data, "min_replicas", p, validate_positive_int, 1)
-    max_replicas = r.convert(data, "max_replicas", p, validate_positive_int, None)
+    min_replicas = r.convert(data, "min_replicas", p, _REPLICAS, 1)
+    max_replicas = r.convert(data, "max_replicas", p, _REPLICAS, None)
     if max_replicas is not None and min_replicas > max_replicas:
         r.fail(f"{p}min_replicas", f"{min_replicas} is above max_replicas {max_replicas}")
     workload = ScaledWorkload(
@@ -84,9 +89,9 @@ def _workload(r: Reader, raw: Any, path: str) -> ScaledWorkload | None:
         min_replicas=min_replicas,
         max_replicas=max_replicas,
         startup_seconds=r.convert(data, "startup", p, validate_duration, 300.0),
-        knee_concurrency=r.convert(data, "knee_concurrency", p, validate_positive_int, None),
+        knee_concurrency=r.convert(data, "knee_concurrency", p, _CONCURRENCY, None),
         gpu=r.convert(data, "gpu", p, validate_gpu_type, None),
-        gpus_per_replica=r.convert(data, "gpus_per_replica", p, validate_positive_int, 1),
+        gpus_per_replica=r.convert(data, "gpus_per_replica", p, _GPUS, 1),
     )
     return None if None in (model, name, namespace, max_replicas) else workload
 

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import yaml
 
 from exporter.config.model import ConfigError
+from exporter.config.validators import shown
 from exporter.files import read_regular_file
 
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -85,11 +86,39 @@ def _refuse_expansion(spelled_out: int, expanded: int) -> None:
         )
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _refuse_duplicate_keys(root: yaml.Node) -> None:
+    """A key written twice in one map. PyYAML keeps the last without a word, so the first (a target's url, a
+    threshold) would be dropped unseen; each node is looked at once, however many aliases name it."""
+    looked_at: set[int] = set()
+    pending = [root]
+    while pending:
+        node = pending.pop()
+        if id(node) in looked_at:
+            continue
+        looked_at.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            pending.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            keys: set[tuple[str, str]] = set()
+            for key_node, value_node in node.value:
+                pending += (key_node, value_node)
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
+                    continue
+                if (key_node.tag, key_node.value) in keys:
+                    line = key_node.start_mark.line + 1
+                    raise ValueError(f"line {line}: the key {shown(key_node.value)} is written twice in one map")
+                keys.add((key_node.tag, key_node.value))
+
+
 def _document(loader: yaml.SafeLoader) -> Any:
     node = loader.get_single_node()
     if node is None:
         return None
     _refuse_expansion(*_expanded_nodes(node))
+    _refuse_duplicate_keys(node)
     return loader.construct_document(node)
 
 
@@ -105,6 +134,7 @@ def _documents(loader: yaml.SafeLoader) -> list[Any]:
         written, total = _expanded_nodes(node)
         spelled_out, expanded = spelled_out + written, expanded + total
         _refuse_expansion(spelled_out, expanded)
+        _refuse_duplicate_keys(node)
         documents.append(loader.construct_document(node))
     return documents
 

@@ -83,17 +83,24 @@ def positive_int_at_most(most: int) -> Callable[[Any], int]:
     def check(value: Any) -> int:
         number = validate_positive_int(value)
         if number > most:
-            raise ValueError(f"{number:,} is out of range: Plimsoll accepts 1 to {most:,}")
+            raise ValueError(f"{shown(value)} is out of range: Plimsoll accepts 1 to {most:,}")
         return number
 
     return check
 
 
+# Past any period, interval or timeout Plimsoll takes, and within what a sleep can wait (time.sleep overflows at
+# about 292 years, aborting the command with a traceback).
+MAX_DURATION_SECONDS = 366 * 86400.0
+
+
 def validate_duration(value: Any) -> float:
-    """A duration longer than zero, with its unit (5s, 500ms, 1h30m)."""
+    """A duration longer than zero and at most a year, with its unit (5s, 500ms, 1h30m)."""
     seconds = parse_duration(value)
     if seconds <= 0:
         raise ValueError(f"{value!r} must be longer than zero")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"{value!r} is out of range: Plimsoll accepts durations up to 366d")
     return seconds
 
 
@@ -134,10 +141,20 @@ def label_value(what: str) -> Callable[[Any], str]:
     return check
 
 
+# What a host may hold: a DNS name, an IPv4 address, or an IPv6 one (the brackets already taken off, a zone after
+# %). A target without a name is named by its host:port, which must then be a usable label value.
+_HOST_PUNCTUATION = frozenset("-._~%:")
+
+
 def validate_url(value: Any) -> str:
-    """An http(s) URL without credentials; a message about a bad one never repeats a password."""
+    """An http(s) URL without credentials, spaces or control characters; a message about a bad one never repeats a
+    password."""
     text = text_value("a URL such as http://127.0.0.1:8000/metrics")(value)
     not_a_url = ValueError(f"{shown(redact_url(text))} is not a URL (expected http://host:port/path)")
+    if not text.isprintable() or any(c.isspace() for c in text):
+        raise ValueError(
+            f"{shown(redact_url(text))} is not a URL: it holds a space or a control character (write a space as %20)"
+        )
     try:
         parts = urlsplit(text)
         parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
@@ -148,6 +165,8 @@ def validate_url(value: Any) -> str:
             "credentials in the URL would show in labels and logs; use basic_auth.password_file or bearer_token_file"
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise not_a_url
+    if not all(c.isalnum() or c in _HOST_PUNCTUATION for c in parts.hostname):
         raise not_a_url
     return text
 

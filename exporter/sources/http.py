@@ -20,11 +20,15 @@ from yarl import URL
 
 from exporter import __version__
 from exporter.config import Target, redact_url
+from exporter.files import read_capped
 
 USER_AGENT = f"plimsoll/{__version__}"
 MAX_REDIRECTS = 5
 _REDIRECTS = frozenset((301, 302, 303, 307, 308))
 TLS_FAILED = "TLS failed"  # how a fetch's detail begins where the TLS handshake failed
+# A password or a token is a line: a far larger file, or a FIFO or device put in the file's place, is not the one
+# meant (the poll loop reads a target's at every poll, where a read without end would stall every target).
+MAX_SECRET_BYTES = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,15 @@ def _origin(url: URL) -> tuple[str, str | None, int | None]:
     return url.scheme, url.host, url.port
 
 
+def _parsed(url: str) -> URL:
+    """A ValueError naming `url` (its password masked) where it is not one: the one thing fetch raises, since a
+    URL that is not one is the caller's mistake, not the server's."""
+    try:
+        return URL(url)
+    except ValueError as error:
+        raise ValueError(f"{redact_url(url)} is not a URL: {error}") from None
+
+
 async def fetch(
     session: aiohttp.ClientSession,
     url: str,
@@ -47,7 +60,8 @@ async def fetch(
     max_bytes: int,
     headers: Mapping[str, str] | None = None,
 ) -> Fetched:
-    """GET a metrics page with a deadline and a size cap; failures come back as a reason, never raised.
+    """GET a metrics page with a deadline and a size cap; failures come back as a reason, never raised (a `url`
+    that is not one raises ValueError).
 
     Redirects are followed only within the same origin (scheme, host and port): an engine that points elsewhere
     would otherwise get the daemon, and the target's credentials, to request any address it names."""
@@ -56,7 +70,7 @@ async def fetch(
     def done(text: str | None, failure: str | None, detail: str | None = None, date: str | None = None) -> Fetched:
         return Fetched(text, failure, detail, time.monotonic() - started, date)
 
-    current = URL(url)
+    current = _parsed(url)
     sent = {"User-Agent": USER_AGENT, **(headers or {})}
     try:
         async with asyncio.timeout(timeout):
@@ -103,10 +117,11 @@ class CredentialsError(Exception):
 
 def _read_secret(path: str, field_name: str) -> str:
     try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError as error:
-        raise CredentialsError(f"cannot read {field_name} {path}: {error.strerror}") from None
+        return read_capped(path, MAX_SECRET_BYTES, field_name, "not a password or a token").decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise CredentialsError(f"{field_name} {path}: not UTF-8 text") from None
+    except ValueError as error:
+        raise CredentialsError(str(error)) from None
 
 
 def credential_headers(target: Target) -> dict[str, str]:

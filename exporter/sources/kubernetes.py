@@ -112,42 +112,52 @@ def _annotation_problem(pod: str, annotations: Mapping[str, str], scheme: str, e
     return f"pod {pod}: annotation plimsoll.io/engine {bad_engine}" if bad_engine else None
 
 
+def _pod_target(pod: Mapping[str, Any]) -> Target | str | None:
+    """The pod's target; the problem that leaves it out, in words; None for a pod left out quietly."""
+    metadata = pod.get("metadata", {})
+    annotations = metadata.get("annotations") or {}
+    name = f"{metadata.get('namespace', 'default')}/{metadata.get('name', '?')}"
+    ip = pod.get("status", {}).get("podIP")
+    if annotations.get("plimsoll.io/scrape") == "false" or pod.get("status", {}).get("phase") != "Running":
+        return None
+    if not ip:
+        return None
+    port = _port(pod, annotations)
+    if port is None:
+        return None
+    if bad_label := _label_problem(name, annotations):  # first: the messages below show the name as it is
+        return bad_label
+    if isinstance(port, str):
+        return f"pod {name}: annotation port {port!r} is not a TCP port number; pod left out"
+    host = f"[{ip}]" if ":" in ip else ip
+    path = _annotation(annotations, "path") or "/metrics"
+    scheme = _annotation(annotations, "scheme") or "http"
+    engine = annotations.get("plimsoll.io/engine", "auto")
+    return Target(
+        name=name,
+        url=f"{scheme}://{host}:{port}/{path.lstrip('/')}",
+        engine="auto" if engine_problem(engine) else engine,
+        model=annotations.get("plimsoll.io/model") or None,
+        source="kubernetes",
+        problem=_annotation_problem(name, annotations, scheme, engine),
+    )
+
+
 def pod_targets(pod_list: Mapping[str, Any]) -> PodTargets:
-    """Targets from a PodList (GET /api/v1/pods): one per running pod with an IP and a port to read."""
+    """Targets from a PodList (GET /api/v1/pods): one per running pod with an IP and a port to read. A pod not
+    shaped as the API documents (a field of another type) is left out, and the rest of the list is read."""
     targets: list[Target] = []
     problems: list[str] = []
-    for pod in pod_list.get("items") or []:
-        metadata = pod.get("metadata", {})
-        annotations = metadata.get("annotations") or {}
-        name = f"{metadata.get('namespace', 'default')}/{metadata.get('name', '?')}"
-        ip = pod.get("status", {}).get("podIP")
-        if annotations.get("plimsoll.io/scrape") == "false" or pod.get("status", {}).get("phase") != "Running":
+    for n, pod in enumerate(pod_list.get("items") or []):
+        try:
+            found = _pod_target(pod)
+        except (AttributeError, TypeError) as error:
+            problems.append(f"item {n} of the pod list is not a pod as the API documents it ({error}); left out")
             continue
-        if not ip:
-            continue
-        port = _port(pod, annotations)
-        if port is None:
-            continue
-        if bad_label := _label_problem(name, annotations):  # first: the messages below show the name as it is
-            problems.append(bad_label)
-            continue
-        if isinstance(port, str):
-            problems.append(f"pod {name}: annotation port {port!r} is not a TCP port number; pod left out")
-            continue
-        host = f"[{ip}]" if ":" in ip else ip
-        path = _annotation(annotations, "path") or "/metrics"
-        scheme = _annotation(annotations, "scheme") or "http"
-        engine = annotations.get("plimsoll.io/engine", "auto")
-        targets.append(
-            Target(
-                name=name,
-                url=f"{scheme}://{host}:{port}/{path.lstrip('/')}",
-                engine="auto" if engine_problem(engine) else engine,
-                model=annotations.get("plimsoll.io/model") or None,
-                source="kubernetes",
-                problem=_annotation_problem(name, annotations, scheme, engine),
-            )
-        )
+        if isinstance(found, Target):
+            targets.append(found)
+        elif found is not None:
+            problems.append(found)
     return PodTargets(tuple(targets), tuple(problems))
 
 
@@ -217,7 +227,7 @@ class PodDiscovery:
                 listed = pod_targets(pods)
                 found.extend(listed.targets)
                 problems.extend(listed.problems)
-        except (OSError, aiohttp.ClientError, TimeoutError, ValueError) as error:
+        except (OSError, aiohttp.ClientError, TimeoutError, ValueError, RecursionError) as error:
             where = listed_where(self.settings)
             self._fail(f"listing pods {where} failed, keeping {len(self.targets)} targets: {error}")
             return
@@ -303,6 +313,6 @@ async def _get_json(
             if len(body) > max_bytes:
                 raise ValueError(f"the pod lists of one refresh are over {_MAX_LIST_BYTES} bytes (at {url})")
         pods = json.loads(body)
-        if not isinstance(pods, dict) or pods.get("kind") != "PodList":
+        if not isinstance(pods, dict) or pods.get("kind") != "PodList" or not isinstance(pods.get("items") or [], list):
             raise ValueError(f"{url} did not return a PodList")
         return pods, len(body)

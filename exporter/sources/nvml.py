@@ -32,11 +32,6 @@ _LOG = logging.getLogger("plimsoll.nvml")
 _CONTAINER_ID = re.compile(
     r"(?:/|docker-|cri-containerd-|crio-|libpod-|:cri-containerd:)([0-9a-f]{64})(?:\.scope)?(?=/|$)"
 )
-# `/kubepods/burstable/pod<uid>/` (cgroupfs driver) or `kubepods-burstable-pod<uid_with_underscores>.slice`
-# (systemd driver); static pods have a 32-hex UID without dashes.
-_POD_UID = re.compile(
-    r"(?:/|-)pod([0-9a-f]{8}[-_]?[0-9a-f]{4}[-_]?[0-9a-f]{4}[-_]?[0-9a-f]{4}[-_]?[0-9a-f]{12})(?:\.slice)?(?=/|:|$)"
-)
 
 
 @dataclass(frozen=True)
@@ -232,15 +227,6 @@ def container_id_from_cgroup(text: str) -> str | None:
         ids: list[str] = _CONTAINER_ID.findall(_cgroup_path(line))
         if ids:
             return ids[-1]
-    return None
-
-
-def pod_uid_from_cgroup(text: str) -> str | None:
-    """The Kubernetes pod UID in /proc/<pid>/cgroup content, dashed as the API server writes it."""
-    for line in text.splitlines():
-        uids: list[str] = _POD_UID.findall(_cgroup_path(line))
-        if uids:
-            return uids[-1].replace("_", "-")
     return None
 
 

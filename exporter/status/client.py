@@ -11,13 +11,13 @@ import base64
 import json
 import math
 import os
+import signal
 import ssl
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -26,8 +26,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from exporter.config import redact_url
 from exporter.core import status_format
 from exporter.display import plain, shown
+from exporter.files import read_capped
 from exporter.sources import http
 from exporter.status.defaults import DEFAULT_URL, PASSWORD_ENV
 
@@ -64,7 +66,7 @@ class Request:
 def state_url(url: str) -> str:
     """The daemon's base URL (or its state URL) as the state document's URL."""
     if not url.startswith(("http://", "https://")):
-        raise ValueError(f"URL: {url!r} is not an http:// or https:// URL (e.g. {DEFAULT_URL})")
+        raise ValueError(f"URL: {redact_url(url)!r} is not an http:// or https:// URL (e.g. {DEFAULT_URL})")
     base = url.rstrip("/")
     return base if base.endswith(STATE_PATH) else base + STATE_PATH
 
@@ -262,7 +264,7 @@ def _document(text: str) -> Any:
 
 def _unreadable(request: Request, fetched: http.Fetched) -> DaemonUnreadable:
     """The one line for a fetch that brought no document back."""
-    url, detail = request.url, fetched.detail or fetched.failure
+    url, detail = redact_url(request.url), fetched.detail or fetched.failure
     if fetched.failure == "timeout":
         return DaemonUnreadable(f"{url}: no answer within {request.timeout_seconds:g}s")
     if fetched.failure == "refused" and detail and detail.startswith(http.TLS_FAILED):
@@ -299,17 +301,16 @@ def fetch(request: Request) -> Fetched:
     fetched = asyncio.run(_get(request))
     if fetched.text is None:
         raise _unreadable(request, fetched)
+    url = redact_url(request.url)
     try:
         document = _document(fetched.text)
         _check_state(document)
     except (ValueError, RecursionError):  # RecursionError: arrays nested deeper than the parser goes
-        raise DaemonUnreadable(
-            f"{request.url}: the answer is not JSON: not a Plimsoll daemon's state (wrong port?)"
-        ) from None
+        raise DaemonUnreadable(f"{url}: the answer is not JSON: not a Plimsoll daemon's state (wrong port?)") from None
     except _Malformed as malformed:
-        raise DaemonUnreadable(f"{request.url}: {malformed}: not a Plimsoll daemon's state (wrong port?)") from None
+        raise DaemonUnreadable(f"{url}: {malformed}: not a Plimsoll daemon's state (wrong port?)") from None
     except _TooManyRows as too_many:
-        raise DaemonUnreadable(f"{request.url}: {too_many}") from None
+        raise DaemonUnreadable(f"{url}: {too_many}") from None
     try:
         now = parsedate_to_datetime(fetched.date).timestamp() if fetched.date else time.time()
     except (TypeError, ValueError):
@@ -430,10 +431,11 @@ def _authorization(args: argparse.Namespace) -> str | None:
             raise ValueError("--password-file: needs --basic-auth-user")
         return None
     if args.password_file:
+        data = read_capped(args.password_file, http.MAX_SECRET_BYTES, "--password-file", "not a password")
         try:
-            password = Path(args.password_file).read_text(encoding="utf-8").rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as error:
-            raise ValueError(f"--password-file: cannot read {args.password_file}: {error}") from None
+            password = data.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError:
+            raise ValueError(f"--password-file {args.password_file}: not UTF-8 text") from None
     elif PASSWORD_ENV in os.environ:
         password = os.environ[PASSWORD_ENV]
     else:
@@ -473,10 +475,12 @@ def run_status(args: argparse.Namespace) -> int:
     except DaemonUnreadable as error:
         print(f"plimsoll status: {shown(str(error))}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C while the daemon is slow to answer: the user's choice, not a crash
+        return 128 + signal.SIGINT
     if args.format == "json":
         print(json.dumps(fetched.state, indent=2))
         return 0
     if args.watch:
-        return _watch(request, fetched, args.url, args.interval)
-    Console().print(render(fetched, args.url))
+        return _watch(request, fetched, redact_url(args.url), args.interval)
+    Console().print(render(fetched, redact_url(args.url)))
     return 0

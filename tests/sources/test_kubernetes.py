@@ -303,6 +303,55 @@ def test_an_api_that_never_stops_paging_is_refused_and_the_last_targets_stay(cap
     assert "listing pods across the cluster failed" in caplog.text and "past 200 pages of 500 pods" in caplog.text
 
 
+def test_an_item_that_is_not_a_pod_is_left_out_and_the_rest_of_the_list_is_read():
+    no_annotations = pod("odd", ports=(8000,))
+    no_annotations["metadata"]["annotations"] = ["plimsoll.io/port"]
+    listed = pod_targets(pod_list("not a pod", pod("llama-0", ports=(8000,)), no_annotations))
+    assert [t.name for t in listed.targets] == ["inference/llama-0"]
+    assert [p.split(" (")[0] for p in listed.problems] == [
+        "item 0 of the pod list is not a pod as the API documents it",
+        "item 2 of the pod list is not a pod as the API documents it",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ('{"kind": "PodList", "items": {"llama-0": {}}}', "did not return a PodList"),
+        ('{"kind": "PodList", "items": ' + "[" * 100_000 + "]" * 100_000 + "}", "maximum recursion depth"),
+    ],
+)
+def test_a_list_that_is_not_a_pod_list_fails_the_refresh_and_the_last_targets_stay(caplog, body, problem):
+    api = FakeApiServer()
+    api.pods = pod_list(pod("llama-0", ports=(8000,)))
+    garbled = []
+
+    @web.middleware
+    async def garble(request: web.Request, handler):
+        return web.Response(text=body, content_type="application/json") if garbled else await handler(request)
+
+    class Garbling:
+        def app(self) -> web.Application:
+            app = api.app()
+            app.middlewares.append(garble)
+            return app
+
+    now = [0.0]
+
+    async def steps(discovery, session):
+        await discovery.refresh(session)
+        garbled.append(True)
+        now[0] = 31.0
+        await discovery.refresh(session)
+        return discovery.targets
+
+    settings = KubernetesDiscovery(node=NODE, refresh_seconds=30.0, token_file="/nonexistent")
+    with caplog.at_level(logging.WARNING):
+        targets = _discover(Garbling(), settings, steps, clock=lambda: now[0])
+    assert [t.name for t in targets] == ["inference/llama-0"]
+    assert "failed, keeping 1 targets" in caplog.text and problem in caplog.text
+
+
 def test_cluster_scope_needs_no_node_and_ignores_node_name():
     text = "discovery:\n  kubernetes: {enabled: true, scope: cluster, label_selector: app=vllm}\n"
     settings = parse_config(text, "c.yaml", environ={"NODE_NAME": "gpu-node-7"}).kubernetes

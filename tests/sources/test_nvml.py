@@ -22,7 +22,6 @@ from exporter.sources.nvml import (
     GpuProcess,
     NvmlReader,
     container_id_from_cgroup,
-    pod_uid_from_cgroup,
     read_cgroup,
 )
 
@@ -692,57 +691,50 @@ KUBEPODS_V1_SYSTEMD_CONTAINERD = f"""\
 
 
 @pytest.mark.parametrize(
-    ("text", "container", "pod"),
+    ("text", "container"),
     [
-        pytest.param(DOCKER_V1, CONTAINER, None, id="docker-v1"),
-        pytest.param(f"0::/system.slice/docker-{CONTAINER}.scope\n", CONTAINER, None, id="docker-v2-systemd"),
-        pytest.param(f"0::/docker/{CONTAINER}\n", CONTAINER, None, id="docker-v2-cgroupfs"),
+        pytest.param(DOCKER_V1, CONTAINER, id="docker-v1"),
+        pytest.param(f"0::/system.slice/docker-{CONTAINER}.scope\n", CONTAINER, id="docker-v2-systemd"),
+        pytest.param(f"0::/docker/{CONTAINER}\n", CONTAINER, id="docker-v2-cgroupfs"),
         pytest.param(
             f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_SYSTEMD}.slice/"
             f"cri-containerd-{CONTAINER}.scope\n",
             CONTAINER,
-            POD,
             id="kubepods-v2-containerd",
         ),
         pytest.param(
             f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{POD_SYSTEMD}.slice/"
             f"crio-{CONTAINER}.scope\n",
             CONTAINER,
-            POD,
             id="kubepods-v2-crio",
         ),
         pytest.param(
             f"0::/kubepods.slice/kubepods-pod{POD_SYSTEMD}.slice/cri-containerd-{CONTAINER}.scope\n",
             CONTAINER,
-            POD,
             id="kubepods-v2-guaranteed",
         ),
-        pytest.param(KUBEPODS_V1_CGROUPFS, CONTAINER, POD, id="kubepods-v1-cgroupfs"),
-        pytest.param(KUBEPODS_V1_SYSTEMD_CONTAINERD, CONTAINER, POD, id="kubepods-v1-systemd-containerd"),
+        pytest.param(KUBEPODS_V1_CGROUPFS, CONTAINER, id="kubepods-v1-cgroupfs"),
+        pytest.param(KUBEPODS_V1_SYSTEMD_CONTAINERD, CONTAINER, id="kubepods-v1-systemd-containerd"),
         pytest.param(
             f"0::/kubepods/besteffort/pod8ac1b0d784ab7ceb152fb4052cdbfb9b/{CONTAINER}\n",
             CONTAINER,
-            "8ac1b0d784ab7ceb152fb4052cdbfb9b",
             id="kubepods-static-pod",
         ),
         pytest.param(
             f"0::/../../kubepods-burstable-pod{POD_SYSTEMD}.slice/cri-containerd-{CONTAINER}.scope\n",
             CONTAINER,
-            POD,
             id="seen-from-another-cgroup-namespace",
         ),
-        pytest.param(f"0::/machine.slice/libpod-{CONTAINER}.scope/container\n", CONTAINER, None, id="podman"),
+        pytest.param(f"0::/machine.slice/libpod-{CONTAINER}.scope/container\n", CONTAINER, id="podman"),
         pytest.param(
             f"0::/system.slice/docker-{OTHER}.scope/kubepods/besteffort/pod{POD}/{CONTAINER}\n",
             CONTAINER,
-            POD,
             id="kind-node-nested-in-docker",
         ),
     ],
 )
-def test_cgroup_names_the_container_and_pod(text: str, container: str, pod: str | None) -> None:
+def test_cgroup_names_the_container(text: str, container: str) -> None:
     assert container_id_from_cgroup(text) == container
-    assert pod_uid_from_cgroup(text) == pod
 
 
 @pytest.mark.parametrize(
@@ -757,15 +749,12 @@ def test_cgroup_names_the_container_and_pod(text: str, container: str, pod: str 
 )
 def test_cgroup_outside_a_container_names_none(text: str) -> None:
     assert container_id_from_cgroup(text) is None
-    assert pod_uid_from_cgroup(text) is None
 
 
 @given(st.text())
 def test_cgroup_parsers_never_raise_and_return_only_well_formed_ids(text: str) -> None:
     container = container_id_from_cgroup(text)
     assert container is None or (len(container) == 64 and set(container) <= set("0123456789abcdef"))
-    pod = pod_uid_from_cgroup(text)
-    assert pod is None or "_" not in pod
 
 
 def test_read_cgroup_reads_the_file_under_the_proc_root(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """`plimsoll status` against a real `plimsoll run` (tests/status/conftest.py), as a user runs it: a subprocess."""
 
+import errno
 import json
 import os
 import pty
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.status.command import COMMAND_TIMEOUT_SECONDS, run_status
 from tests.status.conftest import Fleet
@@ -61,6 +63,60 @@ def test_a_bad_url_or_a_user_without_password_is_exit_2():
     assert run_status("localhost:19842").returncode == 2
     done = run_status("http://127.0.0.1:1", "--basic-auth-user", "ops")
     assert done.returncode == 2 and "PLIMSOLL_STATUS_PASSWORD" in done.stderr
+    done = run_status("http://127.0.0.1:1", "--watch", "--interval", "99999999999h")  # time.sleep overflows
+    assert done.returncode == 2 and "argument --interval: '99999999999h' is out of range" in done.stderr, done.stderr
+
+
+def test_a_password_file_that_is_a_pipe_or_a_device_is_refused_unread(tmp_path: Path):
+    """Reading a FIFO waits for a writer and /dev/zero never ends: neither is opened for a blocking read."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        done = run_status("http://127.0.0.1:1", "--basic-auth-user", "ops", "--password-file", path)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert f"--password-file {path}: cannot read it (not a regular file)" in done.stderr
+
+
+class _Terminal:
+    """What a command wrote to the pty it runs on, read from the controller side with a deadline."""
+
+    def __init__(self, controller: int, process: subprocess.Popen[bytes]):
+        self.controller = controller
+        self.process = process
+        self.seen = b""
+
+    def _read(self, deadline: float, waiting_for: str) -> bool:
+        """One read into `seen`; False once the output has ended. On Linux, reading the controller after the
+        last holder of the terminal side closed it (the command exited) raises EIO instead of returning b""."""
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"--watch {waiting_for} within {COMMAND_TIMEOUT_SECONDS}s:\n{self.seen[-3000:]!r}"
+        ready, _, _ = select.select([self.controller], [], [], remaining)
+        if not ready:
+            return True
+        try:
+            chunk = os.read(self.controller, 65536)
+        except OSError as error:
+            if error.errno != errno.EIO:
+                raise
+            chunk = b""
+        self.seen += chunk
+        return bool(chunk)
+
+    def shows(self, text: bytes) -> bool:
+        deadline = time.monotonic() + COMMAND_TIMEOUT_SECONDS
+        while text not in self.seen:
+            if not self._read(deadline, f"never showed {text!r}"):
+                code = self.process.wait(timeout=COMMAND_TIMEOUT_SECONDS)
+                raise AssertionError(f"--watch exited ({code}) before showing {text!r}:\n{self.seen[-3000:]!r}")
+        return True
+
+    def ends(self) -> int:
+        """The exit status, once the output has ended: reading on, so that a command writing its last frame is
+        never blocked by a full terminal."""
+        deadline = time.monotonic() + COMMAND_TIMEOUT_SECONDS
+        while self._read(deadline, "did not end"):
+            pass
+        return self.process.wait(timeout=COMMAND_TIMEOUT_SECONDS)
 
 
 def test_watch_refreshes_in_place_until_ctrl_c(fleet: Fleet):
@@ -69,32 +125,24 @@ def test_watch_refreshes_in_place_until_ctrl_c(fleet: Fleet):
     fleet.set_usage(0.30)
     controller, terminal = pty.openpty()
     env = {**os.environ, "COLUMNS": "250", "LINES": "50", "TERM": "xterm"}
+    # --timeout as long as the test waits: on a loaded machine the first read may be slow, and a first read that
+    # fails ends the command (exit 1) before it watches anything.
+    watch = ["--watch", "--interval", "500ms", "--timeout", f"{COMMAND_TIMEOUT_SECONDS}s"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "status", fleet.daemon.url, "--watch", "--interval", "500ms"],
+        [sys.executable, "-m", "exporter", "status", fleet.daemon.url, *watch],
         stdin=terminal,
         stdout=terminal,
         stderr=terminal,
         env=env,
     )
     os.close(terminal)
-    seen = b""
+    screen = _Terminal(controller, process)
     try:
-
-        def shows(text: bytes) -> bool:
-            nonlocal seen
-            deadline = time.monotonic() + COMMAND_TIMEOUT_SECONDS
-            while text not in seen:
-                assert time.monotonic() < deadline, f"--watch never showed {text!r}:\n{seen[-3000:]!r}"
-                ready, _, _ = select.select([controller], [], [], 0.5)
-                if ready:
-                    seen += os.read(controller, 65536)
-            return True
-
-        assert shows(b"30%")
+        assert screen.shows(b"30%")
         fleet.set_usage(0.95)
-        assert shows(b"95%")
+        assert screen.shows(b"95%")
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=COMMAND_TIMEOUT_SECONDS) == 0
+        assert screen.ends() == 0
     finally:
         if process.poll() is None:
             process.kill()

@@ -2,12 +2,15 @@
 never ends it, JSON of the wrong shape or with numbers out of range, a state of megabytes or of more rows than a
 terminal shows, a redirect to another origin carrying the password. Each is one line naming what is wrong, within
 the deadline, and the password never leaves the daemon's origin. A state whose text holds terminal escapes, markup
-or pages of words prints it escaped, as sent, cut to what a cell shows; a value no engine reports shows as missing."""
+or pages of words prints it escaped, as sent, cut to what a cell shows; a value no engine reports shows as missing.
+Ctrl-C while the answer trickles ends the command with 130, not a traceback."""
 
 import asyncio
 import base64
 import json
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +30,7 @@ from exporter.status.client import (
 )
 from tests.status.command import COMMAND_TIMEOUT_SECONDS, run_status
 from tests.support.daemon_process import app_in_thread
+from tests.support.prometheus import wait_until
 
 TIMEOUT_SECONDS = 1.0
 # The deadline, plus what a loaded test machine needs to notice it.
@@ -46,6 +50,7 @@ class Hostile:
         self.document: Any = GOOD_STATE
         self.elsewhere_requests: list[dict[str, str]] = []
         self.elsewhere = ""  # another origin's base URL, for the redirect
+        self.trickles = 0  # answers begun on /trickle
 
     def app(self) -> web.Application:
         async def state(request: web.Request) -> web.Response:
@@ -56,6 +61,7 @@ class Hostile:
             response = web.StreamResponse(headers={"Content-Type": "application/json"})
             await response.prepare(request)
             await response.write(b'{"targets": [')
+            self.trickles += 1
             while True:  # a byte now and then, each well within the per-read timeout
                 await asyncio.sleep(0.2)
                 await response.write(b" ")
@@ -218,6 +224,22 @@ def test_the_command_against_a_wrong_shape_is_one_line_and_exit_1(hostile):
         server.document = GOOD_STATE
     assert done.returncode == 1 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
     assert "targets[0].up is not true or false" in done.stderr
+
+
+def test_ctrl_c_while_the_daemon_is_slow_ends_with_130_and_no_traceback(hostile):
+    server, url = hostile
+    before = server.trickles
+    command = [sys.executable, "-m", "exporter", "status", url + "/trickle", "--timeout", "60s"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: server.trickles > before, COMMAND_TIMEOUT_SECONDS, "plimsoll status reading /trickle")
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=COMMAND_TIMEOUT_SECONDS)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 128 + signal.SIGINT and stdout == "" and "Traceback" not in stderr, stderr
 
 
 def _status(server: Hostile, url: str, document: Any, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,12 +1,13 @@
 """`plimsoll status` against a daemon behind `--web-config` (TLS and basic auth, certificates made here by trustme):
-the CA file and the password from the environment or a file get the rows; a wrong password or an untrusted
-certificate is one line and exit 1."""
+the CA file and the password from the environment, a file or the URL get the rows; a wrong password or an untrusted
+certificate is one line and exit 1; a password in the URL is printed masked."""
 
 import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import bcrypt
 import pytest
@@ -105,3 +106,15 @@ def test_a_certificate_from_another_ca_is_one_line_and_exit_1(secured, tmp_path)
     done = run_status(url, "--ca-file", str(tmp_path / "other.pem"), "--basic-auth-user", USER, password=PASSWORD)
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "TLS failed" in done.stderr
+
+
+@pytest.mark.parametrize(("password", "code", "shown"), [(PASSWORD, 0, "42%"), ("not it", 1, "401 Unauthorized")])
+def test_a_password_in_the_url_logs_in_and_is_never_printed(secured, password: str, code: int, shown: str):
+    url, workdir = secured
+    done = run_status(
+        url.replace("https://", f"https://{USER}:{quote(password)}@"), "--ca-file", str(workdir / "ca.pem")
+    )
+    printed = done.stdout + done.stderr
+    assert done.returncode == code and shown in printed, printed
+    assert quote(password) not in printed and password not in printed
+    assert url.replace("https://", "https://***@") in printed
