@@ -314,11 +314,27 @@ def test_a_disabled_kubernetes_section_is_still_checked():
         parse_config("discovery: {kubernetes: {enabled: false, refresh: 30}}\n", "c.yaml", environ={})
 
 
-def test_an_unset_variable_is_reported_with_the_yaml_error_it_causes():
+def test_an_unset_variable_is_reported_naming_the_field_that_uses_it():
     with pytest.raises(ConfigError) as error:
-        parse_config("targets: ${TARGETS}]\n", "c.yaml", environ={})
-    assert error.value.problems[0].startswith("c.yaml: environment variable TARGETS is not set")
-    assert error.value.problems[1].startswith("c.yaml: not valid YAML: line 1")
+        parse_config("targets: [{url: 'http://${HOST}:8000/metrics'}]\n", "c.yaml", environ={})
+    assert error.value.problems[0] == (
+        "c.yaml: targets[0].url: environment variable HOST is not set (use ${HOST:-default} for a default)"
+    )
+
+
+def test_a_variable_holding_yaml_syntax_stays_one_value_and_cannot_add_keys():
+    text = "nvml: ${NVML:-true}\ntargets: [{url: 'http://${HOST}:8000/metrics', name: '${NAME}'}]\n"
+    injected = {"HOST": "10.0.0.7", "NAME": "a'\nweb_config: /etc/passwd\n#", "NVML": "false\nmax_response_size: 1"}
+    report = check_config(text, "c.yaml", environ=injected)
+    assert report.config.web_config is None and report.config.max_response_bytes == 8 * 1024 * 1024
+    assert sorted(problem.split(": ")[1] for problem in report.problems) == ["nvml", "targets[0].name"]
+    config = parse_config(text, "c.yaml", environ={"HOST": "10.0.0.7", "NAME": "a: b # c", "NVML": "off"})
+    assert (config.targets[0].name, config.nvml) == ("a: b # c", False)
+
+
+def test_a_variable_in_a_comment_is_only_a_comment():
+    config = parse_config("# set ${UNSET} to override\ntimeout: ${TIMEOUT:-4s}  # or ${ALSO_UNSET}\n", "c", {})
+    assert config.timeout_seconds == 4.0
 
 
 def test_a_yaml_error_names_the_line_without_quoting_it():
@@ -728,3 +744,45 @@ def test_replica_counts_past_what_kubernetes_takes_are_refused_not_written_into_
 def test_a_runbook_url_with_a_password_is_refused_without_repeating_it(url: str, problem: str):
     (found,) = check_config(yaml.safe_dump({"alerting": {"runbook_url": url}}), "c.yaml", environ={}).problems
     assert found.startswith(f"c.yaml: alerting.runbook_url: {problem}") and "hunter2" not in found, found
+
+
+def test_a_gpu_hour_price_past_any_real_one_is_refused_as_a_typo_naming_the_field():
+    """1e308 is finite: priced GPUs times hours overflowed to Infinity, which json.dumps writes into result.json."""
+    document = "pricing:\n  gpu_hour: {H100-80GB: 1e308, L40S: 10001, NVIDIA A40: .inf, A10: 10000}\n"
+    (problem,) = check_config(document, "c.yaml", environ={}).problems
+    assert problem.startswith("c.yaml: pricing.gpu_hour: "), problem
+    assert "H100-80GB: '1e308' is out of range: a price above 10,000 per GPU-hour is a typo" in problem
+    assert "L40S: 10001 is out of range" in problem and "NVIDIA A40: inf is not a price per GPU-hour" in problem
+    assert "A10:" not in problem
+
+
+def test_a_request_count_or_memory_growth_past_any_real_one_is_refused():
+    document = "saturation: {queue: 1e308}\nalerting: {fleet_headroom_min_requests: 2e6, vram_growth_per_hour: 1e300}\n"
+    assert [problem.split(": ", 2)[1:] for problem in check_config(document, "c.yaml", environ={}).problems] == [
+        ["saturation.queue", "'1e308' is out of range: Plimsoll accepts up to 1,000,000 requests"],
+        ["alerting.fleet_headroom_min_requests", "'2e6' is out of range: Plimsoll accepts up to 1,000,000 requests"],
+        ["alerting.vram_growth_per_hour", "'1e300' is out of range: Plimsoll accepts up to 4 TiB an hour"],
+    ]
+
+
+def test_a_long_unknown_key_or_value_is_cut_short_in_the_message():
+    key, value = "k" * 10_000, "v" * 10_000
+    target = {"url": "http://a:1/metrics", "name": "n", key: 1}
+    document = yaml.safe_dump({key: 1, "targets": [target], "timeout": value})
+    problems = check_config(document, "c.yaml", environ={}).problems
+    assert len(problems) == 3 and all(len(problem) < 400 for problem in problems), problems
+    assert problems[0].startswith(f"c.yaml: {'k' * 40}...: unknown field (expected one of: listen,")
+    assert problems[1].startswith("c.yaml: timeout: 'vvv") and "is not a duration" in problems[1]
+    assert problems[2].startswith(f"c.yaml: targets[0].{'k' * 40}...: unknown field")
+
+
+def test_an_unset_variable_with_a_long_name_is_named_cut_short():
+    (problem,) = check_config("timeout: ${" + "A" * 10_000 + "}\n", "c.yaml", environ={}).problems[:1]
+    assert problem.startswith(f"c.yaml: timeout: environment variable {'A' * 40}... is not set") and len(problem) < 200
+
+
+@pytest.mark.parametrize("size", ["0", "1", "'63KiB'"])
+def test_a_response_cap_too_small_for_any_metrics_page_is_refused(size):
+    (problem,) = check_config(f"max_response_size: {size}\n", "c.yaml", environ={}).problems
+    assert problem.startswith(f"c.yaml: max_response_size: {size} is too small: a vLLM /metrics page"), problem
+    assert parse_config("max_response_size: 64KiB\n", "c.yaml", environ={}).max_response_bytes == 64 * 1024

@@ -4,6 +4,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from exporter.capacity.plan import MAX_GPU_MEMORY_BYTES, MAX_GPU_TIB
 from exporter.config.model import AlertingConfig
 from exporter.config.reader import Reader
 from exporter.config.validators import (
@@ -102,6 +103,8 @@ def _growth_per_hour(value: Any) -> int:
     size = parse_size(value)
     if size <= 0:
         raise ValueError(f"{shown(value)} must be more than zero bytes per hour (e.g. 2GiB)")
+    if size > MAX_GPU_MEMORY_BYTES:  # more than a GPU holds, each hour: the alert could never fire
+        raise ValueError(f"{shown(value)} is out of range: Plimsoll accepts up to {MAX_GPU_TIB} TiB an hour")
     return size
 
 

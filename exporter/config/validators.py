@@ -13,6 +13,7 @@ from exporter.config.model import DEFAULT_PORT
 from exporter.core.units import parse_duration, value_kind
 
 _SHOWN_CHARS = 80  # of a bad value quoted in a message: a 1 MiB label value is not repeated whole
+_SHOWN_KEY_CHARS = 40  # of a key named in a field path, which a message may repeat more than once
 _MAX_LABEL_VALUE_CHARS = 256
 _LABEL_VALUE_RULE = (
     f"a label value is printable text of 1 to {_MAX_LABEL_VALUE_CHARS} characters, without line breaks, tabs or other "
@@ -39,6 +40,12 @@ def shown(value: Any) -> str:
     return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}...'"
 
 
+def shown_key(key: Any) -> str:
+    """A key as a field path names it: as written when it is printable text, else its repr; cut short either way."""
+    text = key if isinstance(key, str) and key.isprintable() else repr(key)
+    return text if len(text) <= _SHOWN_KEY_CHARS else f"{text[:_SHOWN_KEY_CHARS]}..."
+
+
 def validate_number(value: Any, what: str) -> float:
     """A finite number, written as a number or as text; `what` names it in the message."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
@@ -57,15 +64,22 @@ def validate_ratio(value: Any) -> float:
     number = validate_number(value, "a ratio between 0 and 1")
     if not 0 < number <= 1:
         hint = f" (did you mean {number / 100:g}?)" if 1 < number <= 100 else ""
-        raise ValueError(f"{value} is not a ratio between 0 and 1{hint}")
+        raise ValueError(f"{shown(value)} is not a ratio between 0 and 1{hint}")
     return number
 
 
+# Past the requests any fleet queues or has room for: 1e308 is finite, yet in a rule or a dashboard threshold it is
+# a typo that no alert would ever cross.
+MAX_REQUEST_COUNT = 1_000_000
+
+
 def validate_request_count(value: Any) -> float:
-    """A number of requests, 0 or more."""
+    """A number of requests, from 0 to MAX_REQUEST_COUNT."""
     number = validate_number(value, "a number of requests")
     if number < 0:
         raise ValueError(f"{shown(value)} is not a number of requests (0 or more)")
+    if number > MAX_REQUEST_COUNT:
+        raise ValueError(f"{shown(value)} is out of range: Plimsoll accepts up to {MAX_REQUEST_COUNT:,} requests")
     return number
 
 
@@ -98,9 +112,9 @@ def validate_duration(value: Any) -> float:
     """A duration longer than zero and at most a year, with its unit (5s, 500ms, 1h30m)."""
     seconds = parse_duration(value)
     if seconds <= 0:
-        raise ValueError(f"{value!r} must be longer than zero")
+        raise ValueError(f"{shown(value)} must be longer than zero")
     if seconds > MAX_DURATION_SECONDS:
-        raise ValueError(f"{value!r} is out of range: Plimsoll accepts durations up to 366d")
+        raise ValueError(f"{shown(value)} is out of range: Plimsoll accepts durations up to 366d")
     return seconds
 
 

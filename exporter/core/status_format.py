@@ -128,10 +128,21 @@ def kv_level(usage: float | None, threshold: float) -> str:
     return "near" if usage >= threshold - NEAR_THRESHOLD_RATIO else "ok"
 
 
+# A snapshot older than the longest poll_interval a config accepts (366 days) is not a daemon's last poll but a
+# wrong clock or a bad document; so is one ahead of the daemon's clock by more than a Date header's rounding and a
+# little skew (`now` is the local clock when the daemon sends no Date).
+_MAX_PLAUSIBLE_AGE_SECONDS = 366 * 86400.0
+_MAX_FUTURE_SECONDS = 60.0
+
+
 def age(taken_at: float, now: float) -> str:
     """How old the snapshot is, by the daemon's clock (`now` should be the daemon's Date header where there is one)."""
     if taken_at <= 0:
         return "no poll yet"
+    if taken_at - now > _MAX_FUTURE_SECONDS:
+        return "time not plausible: in the future (check the daemon's clock)"
+    if now - taken_at > _MAX_PLAUSIBLE_AGE_SECONDS:
+        return "time not plausible: over a year ago (check the daemon's clock)"
     return f"{max(0, round(now - taken_at))}s ago"
 
 

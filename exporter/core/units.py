@@ -57,6 +57,12 @@ def value_kind(value: object) -> str:
     return type(value).__name__
 
 
+def _quoted(text: object) -> str:
+    """A bad value as a message quotes it, cut short: a megabyte of text is not repeated whole."""
+    shown = repr(text)
+    return shown if len(shown) <= 80 else f"{shown[:80]}...'"
+
+
 def parse_size(text: object) -> int:
     """Bytes from "80GiB", "80GB", "81920MiB", "80Gi", "80G", "1.5e9" or a plain number of bytes."""
     if isinstance(text, bool) or not isinstance(text, str | int | float):
@@ -66,17 +72,18 @@ def parse_size(text: object) -> int:
     else:
         match = _SIZE.match(text)
         if match is None:
-            raise ValueError(f"{text!r} is not a size (expected e.g. 80GiB, 80GB, 81920MiB or bytes)")
+            raise ValueError(f"{_quoted(text)} is not a size (expected e.g. 80GiB, 80GB, 81920MiB or bytes)")
         value, unit = float(match.group(1)), match.group(2).lower()
     if unit not in _SIZE_UNITS:
         raise ValueError(
-            f"{text!r} has an unknown unit {unit!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, or Kubernetes' G, Gi)"
+            f"{_quoted(text)} has an unknown unit {unit!r} "
+            "(use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, or Kubernetes' G, Gi)"
         )
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{text!r} is not a non-negative size")
+        raise ValueError(f"{_quoted(text)} is not a non-negative size")
     size = value * _SIZE_UNITS[unit]
     if not math.isfinite(size):  # 1e308GiB: a finite number, but its bytes are beyond what a float holds
-        raise ValueError(f"{text!r} is too large a size")
+        raise ValueError(f"{_quoted(text)} is too large a size")
     return round(size)
 
 
@@ -88,11 +95,11 @@ def parse_duration(text: object) -> float:
     if not isinstance(text, str):
         raise ValueError(f"expected a duration such as 5s, got {value_kind(text)}")
     stripped = text.strip()
-    if re.fullmatch(r"[0-9]*\.?[0-9]+", stripped):
+    if len(stripped) <= 40 and re.fullmatch(r"[0-9]*\.?[0-9]+", stripped):  # a longer one is quoted cut short, below
         raise ValueError(f"{stripped} has no unit: write {stripped}s")
     parts = _DURATION_PART.findall(stripped)
     if not parts or "".join(number + unit for number, unit in parts) != stripped:
-        raise ValueError(f"{text!r} is not a duration (expected e.g. 500ms, 5s, 15m, 1h30m)")
+        raise ValueError(f"{_quoted(text)} is not a duration (expected e.g. 500ms, 5s, 15m, 1h30m)")
     return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
 
 

@@ -132,5 +132,8 @@ def credential_headers(target: Target) -> dict[str, str]:
         pair = f"{target.basic_auth.username}:{password}".encode()
         return {"Authorization": f"Basic {base64.b64encode(pair).decode('ascii')}"}
     if target.bearer_token_file is not None:
-        return {"Authorization": f"Bearer {_read_secret(target.bearer_token_file, 'bearer_token_file')}"}
+        token = _read_secret(target.bearer_token_file, "bearer_token_file")
+        if not token:  # "Bearer " with nothing after it: a token file truncated mid-rotation, or never filled
+            raise CredentialsError(f"bearer_token_file {target.bearer_token_file}: empty (no token to send)")
+        return {"Authorization": f"Bearer {token}"}
     return {}

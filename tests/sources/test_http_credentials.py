@@ -52,3 +52,10 @@ def test_a_secret_that_is_not_text_is_named_never_shown(tmp_path: Path):
     token.write_bytes(b"s3cret\xff\n")
     failure = _failure(Target("t", "http://127.0.0.1:1/metrics", bearer_token_file=str(token)))
     assert failure == f"bearer_token_file {token}: not UTF-8 text" and "s3cret" not in failure
+
+
+def test_an_empty_token_file_is_the_targets_failure_not_an_empty_bearer(tmp_path: Path):
+    token = tmp_path / "token"
+    token.write_text("  \n\t\n")
+    failure = _failure(Target("t", "http://127.0.0.1:1/metrics", bearer_token_file=str(token)))
+    assert failure == f"bearer_token_file {token}: empty (no token to send)"

@@ -141,3 +141,11 @@ def test_gpu_rows_carry_each_process_and_its_target():
 def test_the_age_is_by_the_daemons_clock():
     assert status_format.age(1000.0, 1003.4) == "3s ago"
     assert status_format.age(0.0, 1003.4) == "no poll yet"
+
+
+def test_an_implausible_snapshot_time_is_worded_not_counted():
+    now = 1_795_674_320.0
+    assert status_format.age(1.0, now) == "time not plausible: over a year ago (check the daemon's clock)"
+    assert status_format.age(now + 86400, now) == "time not plausible: in the future (check the daemon's clock)"
+    assert status_format.age(now + 1, now) == "0s ago"  # the Date header's whole seconds lag the snapshot's time
+    assert status_format.age(now - 86400, now) == "86400s ago"  # a stalled daemon: old, but a real age
