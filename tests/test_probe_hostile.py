@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from exporter.probe import MAX_PAGE_BYTES
-from tests.support.daemon_process import app_in_thread
+from tests.support.daemon_process import app_in_thread, interrupted_while_waiting
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J"
 PAGE = (
@@ -144,17 +144,10 @@ def test_ctrl_c_while_the_endpoint_is_slow_ends_with_130_and_no_traceback():
     app = web.Application()
     app.router.add_get("/metrics", trickle)
     with app_in_thread(app) as url:
-        command = [sys.executable, "-m", "exporter", "probe", url + "/metrics", "--timeout", "60s"]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            assert asked.wait(COMMAND_TIMEOUT_SECONDS), "plimsoll probe never asked for the page"
-            process.send_signal(signal.SIGINT)
-            stdout, stderr = process.communicate(timeout=COMMAND_TIMEOUT_SECONDS)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    assert process.returncode == 128 + signal.SIGINT and stdout == "" and "Traceback" not in stderr, stderr
+        done = interrupted_while_waiting(
+            ["probe", url + "/metrics", "--timeout", "60s"], asked.is_set, COMMAND_TIMEOUT_SECONDS
+        )
+    assert done.returncode == 128 + signal.SIGINT and done.stdout == "" and "Traceback" not in done.stderr, done.stderr
 
 
 def test_a_page_of_samples_no_engine_reads_costs_the_daemons_parse_not_a_gigabyte(tmp_path: Path):

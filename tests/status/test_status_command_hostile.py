@@ -10,7 +10,6 @@ import base64
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,8 +28,7 @@ from exporter.status.client import (
     fetch,
 )
 from tests.status.command import COMMAND_TIMEOUT_SECONDS, run_status
-from tests.support.daemon_process import app_in_thread
-from tests.support.prometheus import wait_until
+from tests.support.daemon_process import app_in_thread, interrupted_while_waiting
 
 TIMEOUT_SECONDS = 1.0
 # The deadline, plus what a loaded test machine needs to notice it.
@@ -229,17 +227,10 @@ def test_the_command_against_a_wrong_shape_is_one_line_and_exit_1(hostile):
 def test_ctrl_c_while_the_daemon_is_slow_ends_with_130_and_no_traceback(hostile):
     server, url = hostile
     before = server.trickles
-    command = [sys.executable, "-m", "exporter", "status", url + "/trickle", "--timeout", "60s"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_until(lambda: server.trickles > before, COMMAND_TIMEOUT_SECONDS, "plimsoll status reading /trickle")
-        process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=COMMAND_TIMEOUT_SECONDS)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 128 + signal.SIGINT and stdout == "" and "Traceback" not in stderr, stderr
+    done = interrupted_while_waiting(
+        ["status", url + "/trickle", "--timeout", "60s"], lambda: server.trickles > before, COMMAND_TIMEOUT_SECONDS
+    )
+    assert done.returncode == 128 + signal.SIGINT and done.stdout == "" and "Traceback" not in done.stderr, done.stderr
 
 
 def _status(server: Hostile, url: str, document: Any, *args: str) -> subprocess.CompletedProcess[str]:

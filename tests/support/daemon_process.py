@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import subprocess
 import sys
 import threading
@@ -140,3 +141,21 @@ def app_in_thread(app: web.Application) -> Iterator[str]:
     finally:
         holder["loop"].call_soon_threadsafe(holder["stop"].set)
         thread.join(10)
+
+
+def interrupted_while_waiting(
+    argv: Sequence[str], waiting: Callable[[], bool], timeout_seconds: float
+) -> subprocess.CompletedProcess[str]:
+    """`python -m exporter *argv` in a process of its own, sent Ctrl-C (SIGINT) once `waiting()` says it is waiting
+    on a server; its exit status and output. Always reaped, killed if it outlives the timeout."""
+    command = [sys.executable, "-m", "exporter", *argv]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(waiting, timeout_seconds, f"plimsoll {argv[0]} waiting on the server")
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=timeout_seconds)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
