@@ -19,7 +19,7 @@ from itertools import cycle
 from pathlib import Path
 from typing import Any
 
-from exporter.files import read_regular_file
+from exporter.files import read_capped
 from exporter.loadtest.client import Message, Prompt
 
 _WORD_LIST = (
@@ -148,11 +148,9 @@ def load_trace(path: Path, default_max_tokens: int) -> TraceWorkload:
     `default_max_tokens` where a record has none). Every problem names the file and line."""
     try:
         # A FIFO or a device (/dev/zero) would wait or read without end: only a regular file is read, and bounded.
-        data = read_regular_file(path, MAX_TRACE_BYTES)
-    except OSError as error:
-        raise WorkloadError(f"--dataset {path}: cannot read it: {error.strerror}") from None
-    if len(data) > MAX_TRACE_BYTES:
-        raise WorkloadError(f"--dataset {path}: over {MAX_TRACE_BYTES >> 20} MiB; use a sample of the trace")
+        data = read_capped(str(path), MAX_TRACE_BYTES, "--dataset", "use a sample of the trace")
+    except ValueError as error:
+        raise WorkloadError(str(error)) from None
     try:
         # A record ends at \n only (JSON Lines): a prompt may hold U+2028 or U+0085 as written, which splitlines()
         # would split it at.

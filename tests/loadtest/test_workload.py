@@ -164,7 +164,9 @@ def test_a_fifo_or_a_directory_is_refused_at_once_not_waited_on(tmp_path: Path) 
     # Opening a FIFO no one writes to waits for a writer; a device such as /dev/zero reads without end.
     fifo = tmp_path / "trace.jsonl"
     os.mkfifo(fifo)
-    with pytest.raises(WorkloadError, match=f"^--dataset {re.escape(str(fifo))}: cannot read it: not a regular file"):
+    with pytest.raises(
+        WorkloadError, match=f"^--dataset {re.escape(str(fifo))}: cannot read it \\(not a regular file\\)"
+    ):
         load_trace(fifo, 16)
     with pytest.raises(WorkloadError, match=f"^--dataset {re.escape(str(tmp_path))}: cannot read it"):
         load_trace(tmp_path, 16)
