@@ -1,10 +1,13 @@
 """Files from outside and our own: reading one without hanging on a FIFO or reading a device without end, and
-writing one so that no reader ever sees it half-written, even across a crash or a full disk."""
+writing one, or a set that must agree, so that no reader ever sees it half-written, even across a crash or a full
+disk."""
 
 import errno
 import os
 import stat
 import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -44,6 +47,49 @@ def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
     The rename is atomic within one file system, so `path` holds either its old content or all of the new;
     fsync before it keeps a power loss from leaving an empty file under the new name.
     """
+    write_all_or_none({path: text}, mode)
+
+
+def write_all_or_none(files: Mapping[Path, str | None], mode: int = 0o644) -> None:
+    """Write a set of files that must agree (a result and the report drawn from it), each path's text, and remove
+    each path mapped to None (an earlier run's file would read as part of this set).
+
+    Every text is written to a temporary file beside its path and flushed to disk before any path changes, so a
+    full disk or a refused permission leaves the whole earlier set; only then are the paths removed and the
+    temporary files renamed over theirs. On any failure the temporary files are removed, and the OSError names
+    the path it was for, never a temporary file's name.
+    """
+    temporaries: dict[Path, str] = {}
+    try:
+        for path, text in files.items():
+            with _naming(path):
+                _refuse_a_directory(path)
+                if text is not None:
+                    temporaries[path] = _flushed_beside(path, text, mode)
+        for path, text in files.items():
+            if text is None:
+                with _naming(path):
+                    path.unlink(missing_ok=True)
+        for path, temporary in list(temporaries.items()):
+            with _naming(path):
+                os.replace(temporary, path)
+            del temporaries[path]
+    except BaseException:
+        for temporary in temporaries.values():
+            Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _refuse_a_directory(path: Path) -> None:
+    # A file cannot be renamed over a directory: found before any path changes, not half-way through the set. A
+    # symlink to one is replaced itself, so it is no obstacle.
+    if path.is_dir() and not path.is_symlink():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+
+
+def _flushed_beside(path: Path, text: str, mode: int) -> str:
+    """The name of a new temporary file beside `path` holding `text`, on disk (fsync: a power loss after the
+    rename must not leave an empty file under the new name)."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
@@ -51,7 +97,17 @@ def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
             stream.flush()
             os.fsync(stream.fileno())
         os.chmod(temporary, mode)  # mkstemp makes 0600
-        os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    return temporary
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An OSError raised within names `path`: the one a failed write or rename raises names the temporary file,
+    or nothing at all."""
+    try:
+        yield
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(path)) from error

@@ -31,6 +31,10 @@ ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completion
 # The reasons a request failed because the connection did, not the server's answer: all of a step's requests
 # failing so means the server is gone.
 CONNECTION_FAILURES = frozenset({"connection refused", "cannot connect", "connection lost"})
+# Connection failures that say no server is there; a connection lost mid-answer may be one dropped connection.
+NOTHING_LISTENING = frozenset({"connection refused", "cannot connect"})
+# A request that ran out of time: on its whole (`--request-timeout`) or waiting for the next line of its stream.
+OUT_OF_TIME = frozenset({"timeout", "stalled"})
 
 # A chat message as the API takes it: {"role": ..., "content": ...}.
 Message = Mapping[str, str]

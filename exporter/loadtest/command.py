@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 
 from exporter.capacity.plan import CapacityPlan
+from exporter.cli_args import EXIT_INTERRUPTED  # a SIGTERM'd run is as interrupted as a Ctrl-C'd one
 from exporter.config import Config, ConfigError, Target, load_config, validate_duration
 from exporter.core.units import duration
 from exporter.display import plain, shown
@@ -42,7 +43,6 @@ from exporter.target_model import model_plan, resolve
 
 EXIT_KNEE = 0
 EXIT_NO_ANSWER = 1
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C; a SIGTERM'd run is as interrupted
 _SLO_NAMES = ("ttft", "itl")
 # One process sends about 1,300 requests/s of 32 tokens on one core (bench/loadgen_bench.py); ten times that is
 # surely past it, and every arrival over the in-flight cap is a record kept in memory.
@@ -351,8 +351,7 @@ def run_loadtest(settings: LoadtestSettings) -> int:
         if settings.save_requests is not None:
             write_requests(settings.save_requests, outcome.step_runs, settings.search.slos)
     except OSError as error:  # the disk filled or a permission changed during the run: say where, no traceback
-        # A failed rename names the temporary file first and the file it was to become second: say the latter.
-        where = error.filename2 or error.filename or settings.out_dir
+        where = error.filename or settings.out_dir
         print(f"plimsoll loadtest: cannot write {shown(str(where))}: {error.strerror}", file=sys.stderr)
         return EXIT_NO_ANSWER
     document = result_document(result)

@@ -1,5 +1,5 @@
 """What a load test leaves in its output directory: result.json (the stable contract), report.html and
-thresholds.yaml, all derived from one `RunResult` and each written atomically.
+thresholds.yaml, all derived from one `RunResult` and written as a set: all of them or none.
 
 result.json is the single derivation: the report renders that document, so the two never disagree, and a report
 can be drawn again from a saved result.json.
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from exporter.files import write_atomically
+from exporter.files import write_all_or_none, write_atomically
 from exporter.loadtest import report
 from exporter.loadtest.judge import StepSummary, misses
 from exporter.loadtest.measure import SloSpec, StepRun
@@ -112,22 +112,23 @@ def result_document(run: RunResult) -> dict[str, Any]:
 
 
 def write_outputs(out_dir: Path, run: RunResult) -> WrittenOutputs:
-    """result.json, report.html and (where something was measured) thresholds.yaml; each file whole or not at all."""
+    """result.json, report.html and (where something was measured) thresholds.yaml, all of them or none: a file
+    that cannot be written leaves the earlier run's set as it was, never a new result beside an old report."""
     out_dir.mkdir(parents=True, exist_ok=True)
     document = result_document(run)
     result_path, report_path = out_dir / RESULT_FILE, out_dir / REPORT_FILE
-    write_atomically(result_path, _json_text(document))
-    write_atomically(report_path, report.render_report(document))
     fragment = run.thresholds.fragment()
     thresholds_path = out_dir / THRESHOLDS_FILE
-    if fragment is None:
-        # An earlier run's, left beside this run's result, would read as this run's thresholds.
-        thresholds_path.unlink(missing_ok=True)
-        return WrittenOutputs(result=result_path, report=report_path, thresholds=None)
-    write_atomically(
-        thresholds_path, render_thresholds_yaml(fragment, run.settings.lead_time_seconds, _provenance(run))
+    # None removes it: an earlier run's, left beside this run's result, would read as this run's thresholds.
+    thresholds = (
+        None if fragment is None else render_thresholds_yaml(fragment, run.settings.lead_time_seconds, _provenance(run))
     )
-    return WrittenOutputs(result=result_path, report=report_path, thresholds=thresholds_path)
+    write_all_or_none(
+        {result_path: _json_text(document), report_path: report.render_report(document), thresholds_path: thresholds}
+    )
+    return WrittenOutputs(
+        result=result_path, report=report_path, thresholds=None if thresholds is None else thresholds_path
+    )
 
 
 def _saturation_document(saturation: Saturation | None) -> dict[str, Any] | None:

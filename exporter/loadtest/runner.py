@@ -4,18 +4,22 @@ A step runs a warm-up (requests sent then are discarded) over which the workers 
 measured part for the step duration. Every request sent in the measured part is awaited to its end (each bounded
 by its timeout), also when the step ends early, so a slow request is a miss, never dropped: a step ends early only
 when the caller finds it certainly failing, and then the run's time limit and Ctrl-C (or SIGTERM) are the only
-things that cut requests short. A worker answered 429 or 503 with a Retry-After waits that long (bounded) before
-its next request, or until the step stops sending. After the step the engine is given time to return to the load
-it had before the run (`settle`).
+things that cut requests short. The one exception is a server gone: its last requests, one per slot, found nothing
+listening or got not one token in their time (`server_gone`); the step stops sending as the last of them ends, the
+requests in flight are cancelled, and the run ends (LoadtestError). A worker answered 429 or 503 with a Retry-After
+waits that long (bounded) before its next request, or until the step stops sending. After the step the engine is
+given time to return to the load it had before the run (`settle`).
 """
 
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import random
 import signal
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -25,9 +29,18 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from exporter.files import read_regular_file
-from exporter.loadtest.client import ENDPOINT_PATHS, Endpoint, Failure, Limits, redirected_to, send
+from exporter.loadtest.client import (
+    ENDPOINT_PATHS,
+    NOTHING_LISTENING,
+    OUT_OF_TIME,
+    Endpoint,
+    Failure,
+    Limits,
+    redirected_to,
+    send,
+)
 from exporter.loadtest.judge import MAX_EXTENSION
-from exporter.loadtest.measure import EngineSample, RequestRecord, StepRun
+from exporter.loadtest.measure import EngineSample, RequestRecord, StepRun, describe_load
 from exporter.loadtest.sketch import DurationSummary
 from exporter.loadtest.watch import EngineRead, read_engine, watch
 from exporter.loadtest.workload import TraceWorkload, Workload, WorkRequest, requests, run_marker
@@ -402,11 +415,37 @@ def _unreachable(url: str, error: aiohttp.ClientConnectorError) -> str:
     return f"cannot connect to {url}: {error.os_error}"
 
 
+def unanswered(record: RequestRecord) -> bool:
+    """The server took the request and streamed not one token of it before its time ran out."""
+    return record.ttft_seconds is None and record.error in OUT_OF_TIME
+
+
+def server_gone(last: Sequence[RequestRecord], slots: int) -> str | None:
+    """Why the `slots` requests that ended last (warm-up ones too) say the server is gone, else None: each found
+    nothing listening, or each ran out of time without a token (an engine stuck behind an API server that still
+    accepts connections). Checked as each request ends, so a dead server costs about one request per slot.
+
+    An overloaded server never looks so: at most `slots` of the step's requests are out at once, and one the server
+    runs streams a token before its time is out. Such a one, out when the first of the `slots` ended, ends before
+    any request sent later can time out, so `slots` tokenless ends in a row leave it no room: the server ran none of
+    the step's requests for a whole --request-timeout. A server that answers an error is judged, not given up on."""
+    if len(last) < slots:
+        return None
+    newest = list(itertools.islice(reversed(last), slots))
+    if not all(record.error in NOTHING_LISTENING or unanswered(record) for record in newest):
+        return None
+    errors = ", ".join(sorted({str(record.error) for record in newest}))
+    last_ones = "the last request" if slots == 1 else f"the last {slots} requests (as many as the step holds in flight)"
+    return f"{last_ones} found nothing listening or got no token in time ({errors})"
+
+
 @dataclass
 class _Step:
     """The step's shared, growing state (workers append; the controller reads)."""
 
     measured_from: float
+    ended: deque[RequestRecord]  # the last requests that ended, warm-up ones too: as many as the step's concurrency
+    gone: str | None = None  # why the server is gone (`server_gone`): the step stops and the run ends
     records: list[RequestRecord] = field(default_factory=list)
     itl_gaps: DurationSummary = field(default_factory=DurationSummary)  # of the measured requests that completed
     in_flight: dict[int, float] = field(default_factory=dict)  # worker -> sent_at of its measured request
@@ -474,6 +513,10 @@ class _Load:
             record = _missed(sent - step.measured_from, f"{CLIENT_ERROR}: {type(error).__name__}")
         done = clock()
         step.in_flight.pop(key, None)
+        step.ended.append(record)
+        if step.gone is None and (gone := server_gone(step.ended, self.concurrency)) is not None:
+            step.gone = gone
+            step.stopped.set()  # no worker sends again: the controller sees why at its next look
         if record.completed:
             step.completions.append((done, record.output_tokens or 0))
         if measured:
@@ -539,7 +582,7 @@ async def run_step(
     """Hold `concurrency` requests in flight for the warm-up and the step (closed loop), or with `offered_rate`,
     send requests at that rate with at most `concurrency` in flight (open loop); see the module's docstring."""
     warmup = settings.warmup_seconds if warmup_seconds is None else warmup_seconds
-    step = _Step(measured_from=clock() + warmup)
+    step = _Step(measured_from=clock() + warmup, ended=deque(maxlen=concurrency))
     load = _Load(settings, run, step, concurrency, clock)
     stop_watch = asyncio.Event()
     watcher = asyncio.create_task(
@@ -564,8 +607,10 @@ async def run_step(
         step.last_done = max(step.last_done, sending_stopped)
         if offered_rate is not None:
             workers[0].cancel()  # the arrivals: it may be asleep until the next one is due
-        if not run.interrupted.is_set() and clock() < run.deadline:
-            # Each request has its own timeout, so this wait is bounded; Ctrl-C still cuts it short.
+        if step.gone is None and not run.interrupted.is_set() and clock() < run.deadline:
+            # Each request has its own timeout, so this wait is bounded; Ctrl-C still cuts it short. With the server
+            # gone the requests in flight are cancelled instead: the run ends, and on a hung server each would take
+            # its whole timeout.
             await _wait_or_interrupt([*workers, *load.spawned], run.interrupted)
     finally:
         pending = [*workers, *load.spawned, lag]
@@ -574,6 +619,9 @@ async def run_step(
         await asyncio.gather(*pending, return_exceptions=True)
         stop_watch.set()
         watched = await watcher
+    if step.gone is not None:
+        load_text = describe_load(concurrency, offered_rate)
+        raise LoadtestError(f"the server stopped answering at {load_text}: {step.gone}; nothing was written")
     completed, output_tokens = step.in_window(sending_stopped)
     return StepRun(
         concurrency=concurrency,
@@ -635,6 +683,8 @@ async def _control(
             return "interrupted (Ctrl-C or SIGTERM)"
         if now >= run.deadline:
             return f"the run's time limit ({settings.max_duration_seconds:g}s, --max-duration) was reached"
+        if step.gone is not None:
+            return step.gone
         if now < step.measured_from:
             continue
         records = tuple(step.records)

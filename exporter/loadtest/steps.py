@@ -30,8 +30,6 @@ from exporter.loadtest.watch import SAMPLE_INTERVAL_SECONDS
 
 # How long the engine may take, after a step's last request, to run and queue no more than before the run.
 SETTLE_SECONDS = 5.0
-# Connection failures that say no server is there; a connection lost mid-answer may be one dropped connection.
-_NOTHING_LISTENING = frozenset({"connection refused", "cannot connect"})
 
 
 @dataclass(frozen=True)
@@ -199,17 +197,19 @@ class _Stepper:
 
 
 def _refuse_a_dead_server(step: StepRun) -> None:
-    """Most of a step's requests failing to connect, or its last ones (one per request it held in flight) finding
-    nothing listening, means the server is gone: the run ends (exit 1) rather than judging a dead server as a slow
-    one and writing thresholds from it. The second catches a server that died late in the last step run."""
+    """Most of a step's requests failing to connect, or running out of time in a step that streamed not one token,
+    means the server is gone: the run ends (exit 1) rather than judging a dead or hung server as a slow one and
+    writing thresholds from it. (Its last requests all so end the step as they end: `runner.server_gone`.) An
+    overloaded server streams tokens for the requests it runs, so its timeouts never count here."""
     lost = [record.error for record in step.requests if record.error in CONNECTION_FAILURES]
-    last = sorted(step.requests, key=lambda record: record.sent_at)[-step.concurrency :]
-    gone = bool(last) and all(record.error in _NOTHING_LISTENING for record in last)
-    if step.requests and (len(lost) * 2 > len(step.requests) or gone):
-        raise runner.LoadtestError(
-            f"the server stopped answering at {step.load_text}: {len(lost)} of {len(step.requests)} "
-            f"requests failed ({lost[-1]}); nothing was written"
-        )
+    silent = all(record.ttft_seconds is None for record in step.requests)
+    unanswered = [record.error for record in step.requests if runner.unanswered(record)] if silent else []
+    for failed, how in ((lost, "failed to connect"), (unanswered, "got not one token in their time")):
+        if len(failed) * 2 > len(step.requests):
+            raise runner.LoadtestError(
+                f"the server stopped answering at {step.load_text}: {len(failed)} of {len(step.requests)} "
+                f"requests {how} ({failed[-1]}); nothing was written"
+            )
 
 
 def _traffic_notes(step: StepSummary, baseline: float | None) -> list[str]:

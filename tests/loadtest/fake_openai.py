@@ -1,7 +1,7 @@
 """A small OpenAI-compatible streaming server for unit tests, on 127.0.0.1, told how to behave.
 
 It streams one word per token at a set pace after a set first-token delay, reports usage in its last chunk,
-records how many requests it held at once and when each arrived, and can stall mid-stream, stop short of
+records how many requests it held at once and when each arrived, and can stall mid-stream, hang, stop short of
 max_tokens (as a model that reaches its end-of-sequence token does), answer errors (with a Retry-After),
 redirect, answer without streaming, demand a key, answer /health with a status, serve a recorded /metrics page,
 or lie as a hostile server does: a huge model list, token counts it never streamed, a Content-Type of its choosing.
@@ -45,6 +45,8 @@ class Behaviour:
     redirect_to: str | None = None  # answer every completion request with a 307 to this URL
     redirect_gets_to: str | None = None  # answer GET /v1/models and /health with a 307 to this base URL
     echo_authorization: bool = False  # an error answer's message (or /v1/models' redirect) repeats the Authorization
+    # Take every completion request past this many and never answer it: an engine stuck behind a live API server.
+    hang_after_requests: int | None = None
 
 
 @dataclass
@@ -54,6 +56,7 @@ class Observed:
     requests: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)  # time.monotonic() as each completion request arrived
+    hung: int = 0  # completion requests taken and never answered (hang_after_requests)
     metrics_reads: int = 0
     authorization: list[str | None] = field(default_factory=list)
 
@@ -132,6 +135,9 @@ class FakeOpenAI:
         body = await request.json()
         self.observed.requests += 1
         self.observed.bodies.append(body)
+        if behaviour.hang_after_requests is not None and self.observed.requests > behaviour.hang_after_requests:
+            self.observed.hung += 1
+            await asyncio.sleep(3600)
         if not self._authorised(request):
             return web.json_response({"error": {"message": "unauthorised"}}, status=401)
         if body.get("model") not in behaviour.models:

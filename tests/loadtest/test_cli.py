@@ -371,6 +371,23 @@ def test_an_output_that_cannot_be_written_is_named_in_one_line_and_exits_1(
     assert err.strip().splitlines()[-1] == f"plimsoll loadtest: cannot write {out / 'result.json'}: Is a directory"
 
 
+def test_a_report_that_cannot_be_written_leaves_the_previous_runs_outputs_untouched_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    (out / "report.html").mkdir(parents=True)  # in the way of the new report
+    earlier = {"result.json": "a previous run's result\n", "thresholds.yaml": "a previous run's thresholds\n"}
+    for name, text in earlier.items():
+        (out / name).write_text(text)
+    with fake_server(Behaviour(itl_seconds=0.001)) as fake:
+        status = main(loadtest_args(fake.url, "ttft=500ms", "--max-concurrency", "1", "--out", str(out)))
+    err = capsys.readouterr().err
+    assert status == 1
+    assert err.strip().splitlines()[-1] == f"plimsoll loadtest: cannot write {out / 'report.html'}: Is a directory"
+    assert {name: (out / name).read_text() for name in earlier} == earlier
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "result.json", "thresholds.yaml"]
+
+
 AUTOSCALED = """\
 saturation:
   kv_usage: 0.8

@@ -1,6 +1,7 @@
 """`plimsoll loadtest` against a hostile server and hostile input: what the server sends is shown, never
 obeyed; every read is bounded and every count range-checked; credentials reach no output; a run stopped by SIGTERM
-keeps what it measured; an overloaded server is waited for as it asks; a redirect elsewhere is refused.
+keeps what it measured; an overloaded server is waited for as it asks; a redirect elsewhere is refused; a server
+that takes requests and never answers them ends the run, writing nothing.
 
 The server is the fake OpenAI server (fake_openai.py) on loopback, told to misbehave.
 """
@@ -26,7 +27,7 @@ from exporter.loadtest.runner import LoadtestError, RunSettings, open_run, run_s
 from exporter.loadtest.sketch import DurationSummary
 from exporter.loadtest.steps import Outcome, SearchSettings, run_steps
 from exporter.loadtest.workload import WorkloadError, load_trace
-from tests.loadtest.fake_openai import Behaviour, Observed, serving
+from tests.loadtest.fake_openai import Behaviour, FakeOpenAI, Observed, serving
 from tests.loadtest.test_cli import VLLM_PAGE, fake_server, loadtest_args
 from tests.loadtest.test_runner import WORKLOAD
 
@@ -280,6 +281,59 @@ def test_a_run_keeps_each_requests_mean_gap_and_each_steps_gaps_as_one_summary()
     for run in outcome.step_runs:
         assert run.itl_gaps.count == sum(record.gap_count for record in run.requests if record.completed)
     assert all(step.itl_p50_seconds is not None for step in outcome.search.steps)
+
+
+class _HangsAfterTheFirstStep(_Quiet):
+    """A progress display that makes the fake server hang once the first step is done: its engine stuck mid-run."""
+
+    def __init__(self, fake: FakeOpenAI) -> None:
+        self.fake = fake
+
+    def step_finished(self, step: StepSummary) -> None:
+        self.fake.behaviour.hang_after_requests = self.fake.observed.requests
+
+
+def test_a_server_that_hangs_mid_run_ends_it_instead_of_answering_with_the_last_passing_level() -> None:
+    # Before, every request of the second step timed out, the step failed, and concurrency 1 was the answer.
+    async def go() -> tuple[str, int]:
+        async with serving(Behaviour()) as fake:
+            settings = RunSettings(
+                url=fake.url, workload=WORKLOAD, step_seconds=0.5, warmup_seconds=0.0, request_timeout_seconds=0.3
+            )
+            slos = SloSpec(ttft_seconds=0.25, itl_seconds=None, objective=0.9)
+            with pytest.raises(LoadtestError) as gone:
+                await run_steps(settings, SearchSettings(slos, 2, 0.1, levels=(1, 2)), _HangsAfterTheFirstStep(fake))
+            return str(gone.value), fake.observed.hung
+
+    message, hung = asyncio.run(go())
+    assert message.startswith("the server stopped answering at concurrency 2: the last 2 requests")
+    assert "(timeout)" in message
+    assert 2 <= hung <= 2 * 2  # a timeout per slot, and at most one request more each
+
+
+def test_a_server_that_takes_requests_and_never_answers_exits_1_writing_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, out = tmp_path / "plimsoll.yaml", tmp_path / "out"
+    original = "saturation:\n  kv_usage: 0.8\n"
+    config.write_text(original)
+    flags = ("--request-timeout", "300ms", "--config", str(config), "--write", "--out", str(out))
+    # Its first request (the check at the start) is answered; then the engine is stuck.
+    with fake_server(Behaviour(hang_after_requests=1, metrics_page=VLLM_PAGE)) as fake:
+        status = main(loadtest_args(fake.url, "ttft=250ms", "--concurrency", "1,2", "--step-duration", "30s", *flags))
+    err = capsys.readouterr().err
+    assert status == 1
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            "plimsoll loadtest: the server stopped answering at concurrency 1: the last request found nothing "
+            "listening or got no token in time (timeout); nothing was written"
+        )
+    )
+    assert config.read_text() == original and not (tmp_path / "plimsoll.yaml.bak").exists()
+    assert not out.exists()
+    assert fake.observed.hung <= 2
 
 
 def test_a_model_id_too_long_to_be_one_is_refused_without_repeating_it() -> None:

@@ -127,6 +127,18 @@ def test_a_write_that_fails_on_a_full_disk_leaves_the_previous_result_whole(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "result.json", "thresholds.yaml"]
 
 
+def test_a_report_that_cannot_be_written_leaves_the_previous_runs_set_as_it_was(tmp_path):
+    write_outputs(tmp_path, built_steps.several_steps())
+    before = {name: (tmp_path / name).read_text() for name in ("result.json", "thresholds.yaml")}
+    (tmp_path / "report.html").unlink()
+    (tmp_path / "report.html").mkdir()  # in the way of the new report
+    with pytest.raises(IsADirectoryError) as raised:
+        write_outputs(tmp_path, built_steps.no_knee())  # would remove thresholds.yaml
+    assert raised.value.filename == str(tmp_path / "report.html")
+    assert {name: (tmp_path / name).read_text() for name in before} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "result.json", "thresholds.yaml"]
+
+
 def _record(sent_at: float, *, error: str | None = None, ttft: float = 0.1, itl: float = 0.01) -> RequestRecord:
     return RequestRecord(
         sent_at=sent_at,

@@ -1,6 +1,7 @@
 """Load steps and the preflight check, against the fake server over loopback."""
 
 import asyncio
+import contextlib
 import itertools
 import os
 import re
@@ -15,6 +16,7 @@ import pytest
 from exporter.loadtest.judge import summarize
 from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun
 from exporter.loadtest.runner import (
+    CHECK_INTERVAL_SECONDS,
     POLL_SECONDS,
     LoadtestError,
     RunSettings,
@@ -114,6 +116,78 @@ def test_a_server_that_stalls_mid_run_ends_the_step_within_its_bounds_with_the_s
     assert {r.error for r in step.requests} == {"stalled"}
     # The step plus one stall timeout for the requests in flight at its end.
     assert step.duration_seconds < 0.6 + 0.3 + 0.3
+
+
+def _counted(work: Iterator[WorkRequest], sent: list[int]) -> Iterator[WorkRequest]:
+    """The run's stream of requests, counting each one a worker draws (sends) in `sent[0]`."""
+    for request in work:
+        sent[0] += 1
+        yield request
+
+
+def test_a_server_gone_before_a_step_ends_it_after_about_one_request_per_slot() -> None:
+    # Before, each worker re-sent at once after a refusal: over a thousand a second for the whole step.
+    async def go() -> tuple[str, int, float]:
+        sent = [0]
+        async with contextlib.AsyncExitStack() as server:
+            fake = await server.enter_async_context(serving(Behaviour()))
+            settings = _settings(fake.url, warmup_seconds=0.5, step_seconds=30.0)
+            async with open_run(settings) as run:
+                await server.aclose()  # nothing listens now
+                run.work = _counted(run.work, sent)
+                started = time.monotonic()
+                with pytest.raises(LoadtestError) as gone:
+                    await asyncio.wait_for(run_step(settings, 4, run), 10)
+                return str(gone.value), sent[0], time.monotonic() - started
+
+    message, sent, took = asyncio.run(go())
+    assert message.startswith("the server stopped answering at concurrency 4: the last 4 requests")
+    assert "(connection refused)" in message and message.endswith("nothing was written")
+    # About one per slot (a connection kept open from the checks at the start may first be found closed).
+    assert sent <= 2 * 4
+    assert took < 5.0
+
+
+def test_a_server_that_takes_requests_but_never_answers_ends_the_step_after_one_timeout_per_slot() -> None:
+    async def go() -> tuple[str, int]:
+        async with serving(Behaviour()) as fake:
+            settings = _settings(fake.url, warmup_seconds=0.2, step_seconds=30.0, request_timeout_seconds=0.3)
+            async with open_run(settings) as run:
+                fake.behaviour.hang_after_requests = fake.observed.requests  # the engine is stuck from here on
+                with pytest.raises(LoadtestError) as gone:
+                    await asyncio.wait_for(run_step(settings, 3, run), 10)
+                return str(gone.value), fake.observed.hung
+
+    message, hung = asyncio.run(go())
+    assert message == (
+        "the server stopped answering at concurrency 3: the last 3 requests (as many as the step holds in flight) "
+        "found nothing listening or got no token in time (timeout); nothing was written"
+    )
+    # Each slot's first request timed out; a slot re-sends at once, so at most one more each was in flight.
+    assert 3 <= hung <= 2 * 3
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"ttft_seconds": 0.35}, None),  # the first token late, within the timeout
+        ({"stall_after_tokens": 1}, "stalled"),  # stuck after a token, as an overloaded engine's preemption
+    ],
+    ids=["slow-first-token", "stalls-after-a-token"],
+)
+def test_a_slow_server_that_still_streams_tokens_is_judged_not_given_up_on(
+    change: dict[str, object], error: str | None
+) -> None:
+    async def go() -> StepRun:
+        async with serving(Behaviour()) as fake:
+            settings = _settings(fake.url, request_timeout_seconds=0.5, stall_timeout_seconds=0.3, step_seconds=1.0)
+            async with open_run(settings) as run:
+                fake.behaviour = replace(fake.behaviour, **change)  # type: ignore[arg-type]
+                return await asyncio.wait_for(run_step(settings, 3, run), 10)
+
+    step = asyncio.run(go())
+    assert step.requests and {record.error for record in step.requests} == {error}
+    assert all(record.ttft_seconds is not None for record in step.requests)
 
 
 def test_errors_in_the_middle_of_a_run_are_recorded_as_misses() -> None:
@@ -468,20 +542,23 @@ def test_a_server_still_loading_at_the_ready_timeout_is_refused_naming_the_flag(
         asyncio.run(go())
 
 
-def test_a_server_that_stops_answering_mid_run_ends_the_step_within_step_plus_request_timeout() -> None:
-    async def go() -> tuple[StepRun, float]:
+def test_a_server_that_stops_answering_mid_run_ends_the_run_after_one_request_timeout() -> None:
+    # Before, the step ran its course on timeouts and was judged a slow one: the run answered with the level below.
+    async def go() -> tuple[str, float]:
         async with serving(Behaviour()) as fake:
-            settings = _settings(fake.url, warmup_seconds=0.0, request_timeout_seconds=0.5)
+            settings = _settings(fake.url, warmup_seconds=0.0, request_timeout_seconds=0.5, step_seconds=5.0)
             async with open_run(settings) as run:
                 fake.behaviour.ttft_seconds = 3600.0
                 loop = asyncio.get_running_loop()
                 started = loop.time()
-                step = await asyncio.wait_for(run_step(settings, 4, run), 10)
-                return step, loop.time() - started
+                with pytest.raises(LoadtestError) as gone:
+                    await asyncio.wait_for(run_step(settings, 4, run), 10)
+                return str(gone.value), loop.time() - started
 
-    step, wall = asyncio.run(go())
-    assert wall < 0.6 + 0.5 + 0.5
-    assert len(step.requests) >= 4 and {r.error for r in step.requests} == {"timeout"}
+    message, wall = asyncio.run(go())
+    assert message.startswith("the server stopped answering at concurrency 4") and "(timeout)" in message
+    # One timeout, and the controller's next look: not the step's 5 s.
+    assert wall < 0.5 + CHECK_INTERVAL_SECONDS + 0.5
 
 
 def test_the_api_key_comes_from_its_file_before_the_environment(tmp_path: Path) -> None:
