@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
-from exporter.files import read_regular_file
+from exporter.files import read_capped
 from exporter.loadtest.client import (
     ENDPOINT_PATHS,
     NOTHING_LISTENING,
@@ -127,11 +127,9 @@ def api_key_from(environ: Mapping[str, str], key_file: str | None) -> str | None
         return _header_safe(key, "PLIMSOLL_API_KEY") if key else None
     try:
         # Not a FIFO or a device: either would wait or read without end.
-        raw = read_regular_file(key_file, _MAX_KEY_BYTES)
-    except OSError as error:
-        raise LoadtestError(f"--api-key-file {key_file}: cannot read it: {error.strerror}") from None
-    if len(raw) > _MAX_KEY_BYTES:
-        raise LoadtestError(f"--api-key-file {key_file}: over {_MAX_KEY_BYTES >> 10} KiB, no API key is so long")
+        raw = read_capped(key_file, _MAX_KEY_BYTES, "--api-key-file", "no API key is so long")
+    except ValueError as error:
+        raise LoadtestError(str(error)) from None
     key = raw.decode("utf-8", errors="replace").strip()
     if not key:
         raise LoadtestError(f"--api-key-file {key_file}: the file is empty")
