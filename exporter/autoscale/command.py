@@ -7,7 +7,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +16,23 @@ from rich.console import Console
 from exporter.autoscale import hpa
 from exporter.autoscale.baselines import oracle, static_peak
 from exporter.autoscale.demand import MAX_DEMAND_BYTES, DemandError, DemandPoint, parse_demand
-from exporter.autoscale.outputs import WorkloadReplay, result_document, result_table, tune_document, write_result
+from exporter.autoscale.outputs import (
+    RESULT_FILE,
+    WorkloadReplay,
+    result_document,
+    result_table,
+    result_text,
+    tune_document,
+)
 from exporter.autoscale.prometheus import demand_from_prometheus, prometheus_access, prometheus_url
 from exporter.autoscale.replay import replay
-from exporter.autoscale.report import write_report
+from exporter.autoscale.report import REPORT_FILE, render_report
 from exporter.autoscale.tune import DEFAULT_OVERFLOW_BUDGET, parse_overflow_budget, tune
 from exporter.cli_args import EXIT_OK, Formatter, Subcommands, duration_arg, env_twin, flag_type
 from exporter.config import AutoscalingConfig, Config, ScaledWorkload, load_config
 from exporter.cost import gpu_hour_price
 from exporter.display import shown
-from exporter.files import read_capped
+from exporter.files import read_capped, write_all_or_none
 from exporter.scaling import scaler_spec
 
 # Logs and pipes get whole lines: rich would wrap the table at 80 columns where it cannot ask a terminal.
@@ -252,6 +259,15 @@ def _tuned(
     return tune_document(tune(autoscaling, traces, config.saturation_queue, budget), results)
 
 
+def _write(out: Path, document: Mapping[str, Any]) -> list[Path]:
+    """result.json and report.html, both or neither: a new result beside an earlier run's report would disagree
+    with it."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = {out / RESULT_FILE: result_text(document), out / REPORT_FILE: render_report(document)}
+    write_all_or_none(files)
+    return list(files)
+
+
 def _replay(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     autoscaling = _autoscaling(config, args.config)
@@ -268,7 +284,7 @@ def _replay(args: argparse.Namespace) -> int:
     written: list[Path] = []
     if args.out is not None:
         try:
-            written = [write_result(Path(args.out), document), write_report(Path(args.out), document)]
+            written = _write(Path(args.out), document)
         except OSError as error:  # --out is a file, read-only, full: say which, not a traceback
             raise ValueError(
                 f"--out {args.out}: cannot write {error.filename or args.out} ({error.strerror})"

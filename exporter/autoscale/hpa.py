@@ -159,17 +159,29 @@ def stabilize(behavior: Behavior, history: History, now: float, current: int, de
     return min(max(current, lowest), highest)
 
 
+def window_seconds(behavior: Behavior) -> float:
+    """How far back the stabilization windows read the recommendations."""
+    return max(behavior.scale_up.stabilization_window_seconds, behavior.scale_down.stabilization_window_seconds)
+
+
+def _recent(events: tuple[ScaleEvent, ...], rules: Rules, now: float) -> tuple[ScaleEvent, ...]:
+    """The scale events a policy of `rules` can still count at `now` or later."""
+    if not events:
+        return ()
+    longest = max((policy.period_seconds for policy in rules.policies), default=0)
+    return tuple(event for event in events if event.time > now - longest)
+
+
 def _remember(behavior: Behavior, history: History, now: float, desired: int, current: int, replicas: int) -> History:
     """The history after this sync: its recommendation added, and what no window or period can read any more
     dropped."""
-    window = max(behavior.scale_up.stabilization_window_seconds, behavior.scale_down.stabilization_window_seconds)
+    window = window_seconds(behavior)
     recommendations = (*_since(history.recommendations, now - window), (now, desired))
 
     def kept(events: tuple[ScaleEvent, ...], rules: Rules, change: int) -> tuple[ScaleEvent, ...]:
         if not events and change <= 0:  # the usual sync: nothing to keep, nothing to add
             return ()
-        longest = max((policy.period_seconds for policy in rules.policies), default=0)
-        recent = tuple(event for event in events if event.time > now - longest)
+        recent = _recent(events, rules, now)
         return (*recent, ScaleEvent(now, change)) if change > 0 else recent
 
     return History(
@@ -237,3 +249,17 @@ def decide(
         bound,
     )
     return decision, _remember(behavior, history, now, winner.replicas, current, replicas)
+
+
+def held(behavior: Behavior, history: History, times: Sequence[float], desired: int) -> History:
+    """The history after syncs at `times` (increasing, after the syncs `history` remembers) that each proposed
+    `desired` and changed nothing: what `decide` after each would leave, without stepping through them. Only the
+    syncs of the last window count, so `times` may start there."""
+    now = times[-1]
+    window = window_seconds(behavior)
+    recommendations = (*history.recommendations, *((time, desired) for time in times[:-1]))
+    return History(
+        (*_since(recommendations, now - window), (now, desired)),
+        _recent(history.scale_up, behavior.scale_up, now),
+        _recent(history.scale_down, behavior.scale_down, now),
+    )

@@ -6,7 +6,6 @@ document, so the two never disagree.
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -15,16 +14,15 @@ from rich.text import Text
 
 from exporter.autoscale.demand import DemandPoint
 from exporter.autoscale.fleet import Run
-from exporter.autoscale.hpa import Decision
-from exporter.autoscale.replay import Replay
+from exporter.autoscale.replay import Decided, Replay
 from exporter.autoscale.tune import Outcome, Tuning, config_change, duration_text
 from exporter.config import ScaledWorkload
 from exporter.display import plain
-from exporter.files import write_atomically
 
 RESULT_VERSION = 1
 RESULT_FILE = "result.json"
-# The table lists this many of the decisions that changed the replicas; the document holds every decision.
+# The table lists this many of the decisions that changed the replicas; the document holds every decision, a run
+# of syncs that decided the same as one entry.
 TABLE_DECISIONS = 20
 
 
@@ -53,7 +51,8 @@ def _figures(run: Run, price: float | None) -> dict[str, Any]:
     }
 
 
-def _decision(decision: Decision) -> dict[str, Any]:
+def _decision(decided: Decided) -> dict[str, Any]:
+    decision = decided.decision
     return {
         "time": decision.time,
         "metric": decision.metric,
@@ -64,6 +63,7 @@ def _decision(decision: Decision) -> dict[str, Any]:
         "ready_replicas": decision.ready_replicas,
         "replicas": decision.replicas,
         "reason": decision.reason,
+        "syncs": decided.syncs,
     }
 
 
@@ -150,11 +150,9 @@ def tune_document(tuning: Tuning, results: Sequence[WorkloadReplay]) -> dict[str
     }
 
 
-def write_result(out: Path, document: Mapping[str, Any]) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / RESULT_FILE
-    write_atomically(path, json.dumps(document, indent=2) + "\n")
-    return path
+def result_text(document: Mapping[str, Any]) -> str:
+    """result.json's content."""
+    return json.dumps(document, indent=2) + "\n"
 
 
 def offset_text(seconds: float) -> str:
@@ -195,6 +193,11 @@ def _figures_table(workload: Mapping[str, Any]) -> Table:
     return table
 
 
+def synced(decisions: Sequence[Mapping[str, Any]]) -> int:
+    """The syncs the document's decisions stand for: each entry is a run of `syncs` that decided the same."""
+    return sum(decision["syncs"] for decision in decisions)
+
+
 def _decisions_table(decisions: Sequence[Mapping[str, Any]], start: float) -> Table:
     table = Table(box=None, pad_edge=False)
     for heading in ("time", "metric", "value", "proposed", "replicas", "reason"):
@@ -225,10 +228,11 @@ def _workload_lines(workload: Mapping[str, Any]) -> list[RenderableType]:
         lines.append(plain(f"no cost: {workload['unpriced']}"))
     decisions = workload["decisions"]
     changes = [decision for decision in decisions if decision["replicas"] != decision["current_replicas"]]
+    syncs = synced(decisions)
     lines.append(
         Text(
-            f"{len(decisions)} scaling decisions: {len(changes)} changed the replicas (below, time into the trace), "
-            f"{len(decisions) - len(changes)} were held by a rule (--format json or --out lists every one)"
+            f"{syncs} scaling decisions: {len(changes)} changed the replicas (below, time into the trace), "
+            f"{syncs - len(changes)} were held by a rule (--format json or --out lists every one)"
         )
     )
     if changes:

@@ -14,7 +14,8 @@ Prometheus' own scrape and rule-evaluation delays are not modelled either: the t
 """
 
 import bisect
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from exporter.autoscale import hpa
@@ -24,40 +25,96 @@ from exporter.scaling import PEAK_DEMAND, ScalerSpec, Target
 
 
 @dataclass(frozen=True)
+class Decided:
+    """Consecutive syncs that decided exactly the same, every field but the time: a stretch held by one rule at one
+    reading is one of these, not one per sync."""
+
+    decision: hpa.Decision  # the first of them
+    syncs: int  # how many: the k-th (from 0) at decision.time + k x SYNC_PERIOD_SECONDS
+
+
+@dataclass(frozen=True)
 class Replay:
     run: Run
-    decisions: tuple[hpa.Decision, ...]  # every sync that changed the replicas or was held back from a change
+    decisions: tuple[Decided, ...]  # every sync that changed the replicas or was held back from a change
     signals: tuple[str, ...]  # the signals modelled: the queue only where the trace has queue_sum
 
 
+@dataclass(frozen=True)
+class Reads:
+    """What the queries read at sync `first` and at each one after it, up to the next `Reads`."""
+
+    first: int
+    peak: float  # max_over_time of the demand over the window, `or vector(0)` where no sample falls in it
+    queue: float | None  # the trace's queue_sum then
+
+
+def _entered(sample: float) -> Callable[[float], bool]:
+    """Whether a sync at `at` reads the sample at `sample` (`bisect_right`'s comparison)."""
+    return lambda at: at >= sample
+
+
+def _left(sample: float, window: float) -> Callable[[float], bool]:
+    """Whether the window of a sync at `at` has left the sample at `sample` (`bisect_left`'s comparison)."""
+    return lambda at: sample < at - window
+
+
 class Syncs:
-    """The trace as the queries read it at each sync (every 15 s from its first sample to its last): built once per
-    trace and shared by every replay of it, so the tuner's candidates that share a demand window share its peaks."""
+    """The trace as the queries read it at each sync (every 15 s from its first sample to its last), as stretches of
+    syncs that read the same: a reading changes only where a sample enters or leaves the window, so a trace costs
+    its samples, not its span. Built once per trace and shared by every replay of it, so the tuner's candidates
+    that share a demand window share its readings."""
 
     def __init__(self, trace: Sequence[DemandPoint]) -> None:
         self.points = trace
         self.times = [point.time for point in trace]
         self.demands = [point.demand for point in trace]
-        start, end = trace[0].time, trace[-1].time
-        self.sync_times: list[float] = []
-        while (now := start + len(self.sync_times) * hpa.SYNC_PERIOD_SECONDS) <= end:
-            self.sync_times.append(now)
-        self.queues = [self.points[bisect.bisect_right(self.times, now) - 1].queue_sum for now in self.sync_times]
-        self._peaks: dict[float, list[float]] = {}
+        self.start = trace[0].time
+        end = trace[-1].time
+        self.count = self._first(0, lambda now: now > end)  # the syncs: those at or before the last sample
+        self._reads: dict[float, tuple[Reads, ...]] = {}
 
-    def peaks(self, window_seconds: float) -> list[float]:
-        """max_over_time over the window at each sync, `or vector(0)` where no sample falls in it; computed the first
-        time a window is asked for."""
-        if window_seconds not in self._peaks:
-            times, demands = self.times, self.demands
-            self._peaks[window_seconds] = [
-                max(
-                    demands[bisect.bisect_left(times, now - window_seconds) : bisect.bisect_right(times, now)],
-                    default=0.0,
-                )
-                for now in self.sync_times
-            ]
-        return self._peaks[window_seconds]
+    def time(self, index: int) -> float:
+        return self.start + index * hpa.SYNC_PERIOD_SECONDS
+
+    def _first(self, after: int, reached: Callable[[float], bool]) -> int:
+        """The first sync from `after` on whose time has `reached` (false up to some sync, true from it on): a
+        gallop then a bisection, each step the comparison a sync-by-sync walk would make."""
+        if reached(self.time(after)):
+            return after
+        low, step = after, 1  # low: not reached
+        while not reached(self.time(low + step)):
+            low, step = low + step, step * 2
+        high = low + step
+        while high - low > 1:
+            middle = (low + high) // 2
+            if reached(self.time(middle)):
+                high = middle
+            else:
+                low = middle
+        return high
+
+    def reads(self, window_seconds: float) -> tuple[Reads, ...]:
+        """The readings with a demand window of `window_seconds`; computed the first time a window is asked for."""
+        if window_seconds not in self._reads:
+            self._reads[window_seconds] = self._walk(window_seconds)
+        return self._reads[window_seconds]
+
+    def _walk(self, window: float) -> tuple[Reads, ...]:
+        times, demands, last = self.times, self.demands, len(self.times)
+        reads: list[Reads] = []
+        index = 0
+        while index < self.count:
+            now = self.time(index)
+            low, high = bisect.bisect_left(times, now - window), bisect.bisect_right(times, now)
+            peak, queue = max(demands[low:high], default=0.0), self.points[high - 1].queue_sum
+            if not reads or (reads[-1].peak, reads[-1].queue) != (peak, queue):
+                reads.append(Reads(index, peak, queue))
+            # Next: the first sync a later sample enters the window at, or the first one the window leaves a sample.
+            entering = self._first(index + 1, _entered(times[high])) if high < last else self.count
+            leaving = self._first(index + 1, _left(times[low], window)) if low < last else self.count
+            index = min(entering, leaving, self.count)
+        return tuple(reads)
 
 
 def _reading(target: Target, value: float) -> hpa.Reading:
@@ -97,6 +154,22 @@ def _settled(fleet: list[FleetChange], pods: list[float], now: float) -> bool:
     return last is not None and (not pods or pods[-1] <= now) and last.replicas == last.ready == len(pods)
 
 
+def _repeats(decision: hpa.Decision, history: hpa.History) -> bool:
+    """Whether every later sync that reads the same decides as this one did from `history`: it changed nothing,
+    every pod is ready, and the controller remembers nothing but this proposal (every recommendation it, no scale
+    event for a policy to count), so no window or policy can come out otherwise as time goes on."""
+    return (
+        decision.replicas == decision.current_replicas == decision.ready_replicas
+        and not history.scale_up
+        and not history.scale_down
+        and all(replicas == decision.proposed_replicas for _, replicas in history.recommendations)
+    )
+
+
+def _same(decided: Decided, decision: hpa.Decision) -> bool:
+    return dataclasses.replace(decided.decision, time=decision.time) == decision
+
+
 def replay(trace: Sequence[DemandPoint], spec: ScalerSpec, startup_seconds: float, knee_concurrency: float) -> Replay:
     """The scaler `spec` over `trace` (at least two samples, times increasing), starting from the replicas the
     first sample needs, all ready; one replica takes `startup_seconds` to serve and holds `knee_concurrency`
@@ -105,23 +178,42 @@ def replay(trace: Sequence[DemandPoint], spec: ScalerSpec, startup_seconds: floa
 
 
 def replay_syncs(syncs: Syncs, spec: ScalerSpec, startup_seconds: float, knee_concurrency: float) -> Replay:
-    """`replay` over a trace already read into its syncs."""
-    start = syncs.sync_times[0]
+    """`replay` over a trace already read into its syncs. A sync that `_repeats` stands for the rest of its
+    stretch of equal readings, which are not stepped through: a steady month costs a few syncs."""
     bounds = (spec.min_replicas, spec.max_replicas)
     initial = replicas_needed(syncs.points[0].demand, knee_concurrency * spec.margin, bounds)
-    pods = [start] * initial  # each pod's ready time, in order
-    history = hpa.first_history(start, initial)
+    pods = [syncs.start] * initial  # each pod's ready time, in order
+    history = hpa.first_history(syncs.start, initial)
     fleet: list[FleetChange] = []
-    decisions: list[hpa.Decision] = []
-    peaks = syncs.peaks(spec.demand_window_seconds)
-    for now, peak, queue in zip(syncs.sync_times, peaks, syncs.queues, strict=True):
-        ready = bisect.bisect_right(pods, now)
-        readings = _readings(peak, queue, spec, knee_concurrency)
-        decision, history = hpa.decide(spec.behavior, bounds, history, now, len(pods), ready, readings)
-        if decision.replicas != len(pods) or decision.proposed_replicas != len(pods):
-            decisions.append(decision)
-        pods = _resized(pods, decision.replicas, now + startup_seconds)
-        if not _settled(fleet, pods, now):
-            fleet.extend(_changes(pods, now, now + hpa.SYNC_PERIOD_SECONDS))
-    signals = tuple(reading.metric for reading in _readings(peaks[0], syncs.queues[0], spec, knee_concurrency))
-    return Replay(run(syncs.points, fleet, knee_concurrency), tuple(decisions), signals)
+    decided: list[Decided] = []
+    recorded_until = 0  # the sync after the last one `decided` holds
+    # The recommendations a held history keeps: those of the longest window's syncs, and two for rounding.
+    kept_syncs = int(hpa.window_seconds(spec.behavior) // hpa.SYNC_PERIOD_SECONDS) + 2
+    reads = syncs.reads(spec.demand_window_seconds)
+    stops = [read.first for read in reads[1:]] + [syncs.count]
+    for read, stop in zip(reads, stops, strict=True):
+        readings = _readings(read.peak, read.queue, spec, knee_concurrency)
+        index = read.first
+        while index < stop:
+            now = syncs.time(index)
+            ready = bisect.bisect_right(pods, now)
+            before = history
+            decision, history = hpa.decide(spec.behavior, bounds, history, now, len(pods), ready, readings)
+            count = 1
+            # Checking costs a pass over the recommendations: worth it only where it may skip more syncs than that.
+            if stop - index > len(before.recommendations) and _repeats(decision, before):
+                count = stop - index
+                held = [syncs.time(later) for later in range(max(index + 1, stop - kept_syncs), stop)]
+                history = hpa.held(spec.behavior, history, held, decision.proposed_replicas)
+            if decision.replicas != len(pods) or decision.proposed_replicas != len(pods):
+                if decided and recorded_until == index and _same(decided[-1], decision):
+                    decided[-1] = Decided(decided[-1].decision, decided[-1].syncs + count)
+                else:
+                    decided.append(Decided(decision, count))
+                recorded_until = index + count
+            pods = _resized(pods, decision.replicas, now + startup_seconds)
+            if not _settled(fleet, pods, now):
+                fleet.extend(_changes(pods, now, now + hpa.SYNC_PERIOD_SECONDS))
+            index += count
+    signals = tuple(reading.metric for reading in _readings(reads[0].peak, reads[0].queue, spec, knee_concurrency))
+    return Replay(run(syncs.points, fleet, knee_concurrency), tuple(decided), signals)

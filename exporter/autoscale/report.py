@@ -15,12 +15,10 @@ overflow, still shows. The page says where it did so.
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from html import escape
-from pathlib import Path
 from typing import Any
 
-from exporter.autoscale.outputs import amount_text, cost_text, knobs_text, offset_text, unmet_budget_text
+from exporter.autoscale.outputs import amount_text, cost_text, knobs_text, offset_text, synced, unmet_budget_text
 from exporter.autoscale.tune import duration_text
-from exporter.files import write_atomically
 from exporter.svg import PAGE_CSS, PLOT_WIDTH, Axis, Reference, Series, Shade, line_chart
 
 REPORT_FILE = "report.html"
@@ -173,10 +171,11 @@ def _figures(workload: Mapping[str, Any]) -> str:
 def _decisions(workload: Mapping[str, Any]) -> list[str]:
     decisions = workload["decisions"]
     changes = [decision for decision in decisions if decision["replicas"] != decision["current_replicas"]]
-    start = workload["trace"]["start"]
+    start, syncs = workload["trace"]["start"], synced(decisions)
     parts = [
-        f"<p>{len(decisions)} scaling decisions: {len(changes)} changed the replicas (below, time into the trace), "
-        f"{len(decisions) - len(changes)} were held by a rule; result.json lists every one.</p>"
+        f"<p>{syncs} scaling decisions: {len(changes)} changed the replicas (below, time into the trace), "
+        f"{syncs - len(changes)} were held by a rule; result.json lists every one, consecutive syncs that decided the "
+        "same as one entry with their count (<code>syncs</code>).</p>"
     ]
     if not changes:
         return parts
@@ -314,9 +313,3 @@ def render_report(document: Mapping[str, Any]) -> str:
             "</main></body></html>",
         ]
     )
-
-
-def write_report(out: Path, document: Mapping[str, Any]) -> Path:
-    path = out / REPORT_FILE
-    write_atomically(path, render_report(document))
-    return path

@@ -11,8 +11,9 @@ same on a quiet trace and a busy one, and counts a long small shortfall and a sh
 The grid is small and bounded: margins 0.50 to 1.00 in steps of 0.05 (and the config's own), windows from the
 config's down to the longest start-up of its workloads (the shortest the config accepts) in at most
 `WINDOW_STEPS` steps; every candidate replays every workload: at most 12 x 4 replays per workload. Each trace is read
-once for all of them (`replay.Syncs`: its peak demand once per window), the answer the same as replaying each
-candidate from its raw trace (tests/autoscale/test_tune.py holds it to that).
+once for all of them (`replay.Syncs`: its readings once per window, as stretches of syncs that read the same, so a
+long steady trace costs each candidate a few syncs), the answer the same as replaying each candidate from its raw
+trace (tests/autoscale/test_tune.py holds it to that).
 """
 
 import dataclasses

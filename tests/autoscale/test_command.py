@@ -313,6 +313,19 @@ def test_out_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.C
     assert f"--out {blocker}: cannot write" in err
 
 
+def test_a_report_that_cannot_be_written_leaves_the_previous_result_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "replay"
+    (out / "report.html").mkdir(parents=True)  # in the way of the new report
+    (out / "result.json").write_text("a previous run's result\n")
+    config, demand = _config(tmp_path, LLAMA), _burst_csv(tmp_path)
+    err = _refused(capsys, "--config", str(config), "--demand", str(demand), "--out", str(out))
+    assert f"--out {out}: cannot write {out / 'report.html'} (Is a directory)" in err
+    assert (out / "result.json").read_text() == "a previous run's result\n"
+    assert sorted(os.listdir(out)) == ["report.html", "result.json"]  # no temporary file left beside them
+
+
 def test_the_docs_example_is_this_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """docs/autoscaling.md shows this test's burst replayed: the table there must be what the command prints."""
     config, demand = _config(tmp_path, LLAMA, PRICING), _burst_csv(tmp_path)

@@ -49,7 +49,7 @@ def test_a_burst_scales_up_within_one_sync_and_overflows_for_one_start_up(
     trace = _trace((1200, 20), (1200, 150), (2400, 20))
     result = replay(trace, spec, workload.startup_seconds, 24)
     assert result.signals == (PEAK_DEMAND,)  # no queue_sum in the trace
-    first, second = result.decisions[0], result.decisions[1]
+    first, second = result.decisions[0].decision, result.decisions[1].decision
     # at the burst's first sample the demand asks for ceil(150 / 19.2) = 8; scale-up doubles per 15 s
     assert (first.time, first.metric, first.value, first.proposed_replicas) == (1200, PEAK_DEMAND, 150, 8)
     assert (first.replicas, first.reason) == (4, hpa.SCALE_UP_LIMIT)
@@ -60,10 +60,11 @@ def test_a_burst_scales_up_within_one_sync_and_overflows_for_one_start_up(
     assert figures.peak_replicas == 8
     # the 8 stays in the 10-min demand window until 3000 s and in the 600 s scale-down window until 3585 s; then
     # one pod per 300 s (the scale-down policy)
-    downs = [d for d in result.decisions if d.replicas < d.current_replicas]
+    decisions = [decided.decision for decided in result.decisions]
+    downs = [d for d in decisions if d.replicas < d.current_replicas]
     assert [(d.time, d.replicas) for d in downs] == [(3585, 7), (3885, 6), (4185, 5), (4485, 4), (4785, 3)]
     assert {d.reason for d in downs} == {hpa.SCALE_DOWN_LIMIT}
-    held = [d for d in result.decisions if 3000 <= d.time < 3585]
+    held = [d for d in decisions if 3000 <= d.time < 3585]
     assert held and {d.reason for d in held} == {hpa.SCALE_DOWN_STABILIZED}
     # the oracle never overflows and costs less; the static fleet at the peak never overflows and costs more
     best, static = oracle(trace, 24, workload.startup_seconds, (1, 8)), static_peak(trace, 24, (1, 8))
@@ -84,7 +85,7 @@ def test_without_a_knee_the_replicas_needed_rule_is_the_signal() -> None:
     spec = scaler_spec(autoscaling, tiny, saturation_queue)
     # the capacity model's knee of 10: needed = ceil(35 / (10 x 0.8)) = 5, clamped to 4 as the rule is
     result = replay(_trace((300, 5), (600, 35)), spec, tiny.startup_seconds, 10)
-    first = result.decisions[0]
+    first = result.decisions[0].decision
     assert (first.metric, first.value, first.proposed_replicas) == (REPLICAS_NEEDED, 4, 4)
     assert result.run.figures.peak_replicas == 4
 
@@ -100,7 +101,7 @@ def test_one_replica_s_queue_does_not_grow_a_fleet_of_20(llama: tuple[ScalerSpec
     trace = _trace((1800, 27), queue_sum=3)
     result = replay(trace, spec, workload.startup_seconds, 24)
     assert result.signals == (PEAK_DEMAND, QUEUED)
-    assert all(d.replicas == d.current_replicas == 20 for d in result.decisions)
+    assert all(d.decision.replicas == d.decision.current_replicas == 20 for d in result.decisions)
     assert result.run.figures.peak_replicas == 20
     static = static_peak(trace, 24, (spec.min_replicas, spec.max_replicas)).figures
     assert result.run.figures.replica_hours == static.replica_hours
@@ -113,7 +114,7 @@ def test_a_queue_on_every_replica_scales_the_fleet_within_one_sync(llama: tuple[
     spec = dataclasses.replace(spec, min_replicas=4)
     trace = _trace((600, 40), queue_sum=12)
     result = replay(trace, spec, workload.startup_seconds, 24)
-    first = result.decisions[0]
+    first = result.decisions[0].decision
     assert (first.time, first.metric, first.value, first.proposed_replicas) == (0, QUEUED, 12, 12)
     assert (first.current_replicas, first.replicas) == (4, 8)
 
