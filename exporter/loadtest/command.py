@@ -32,9 +32,9 @@ from exporter.loadtest.outputs import (
     RunResult,
     RunSettings,
     WrittenOutputs,
+    requests_text,
     result_document,
     write_outputs,
-    write_requests,
 )
 from exporter.loadtest.progress import Progress, result_table, summary_lines
 from exporter.loadtest.steps import Outcome, SearchSettings, run_steps
@@ -347,9 +347,9 @@ def run_loadtest(settings: LoadtestSettings) -> int:
             return EXIT_INTERRUPTED
     result = _result(settings, outcome, started_at)
     try:
-        written = write_outputs(settings.out_dir, result)
-        if settings.save_requests is not None:
-            write_requests(settings.save_requests, outcome.step_runs, settings.search.slos)
+        saved = settings.save_requests
+        requests = None if saved is None else (saved, requests_text(saved, outcome.step_runs, settings.search.slos))
+        written = write_outputs(settings.out_dir, result, requests)
     except OSError as error:  # the disk filled or a permission changed during the run: say where, no traceback
         where = error.filename or settings.out_dir
         print(f"plimsoll loadtest: cannot write {shown(str(where))}: {error.strerror}", file=sys.stderr)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from exporter.files import write_all_or_none, write_atomically
+from exporter.files import write_all_or_none
 from exporter.loadtest import report
 from exporter.loadtest.judge import StepSummary, misses
 from exporter.loadtest.measure import SloSpec, StepRun
@@ -111,9 +111,10 @@ def result_document(run: RunResult) -> dict[str, Any]:
     }
 
 
-def write_outputs(out_dir: Path, run: RunResult) -> WrittenOutputs:
-    """result.json, report.html and (where something was measured) thresholds.yaml, all of them or none: a file
-    that cannot be written leaves the earlier run's set as it was, never a new result beside an old report."""
+def write_outputs(out_dir: Path, run: RunResult, saved_requests: tuple[Path, str] | None = None) -> WrittenOutputs:
+    """result.json, report.html, (where something was measured) thresholds.yaml and `saved_requests` (its path and
+    `requests_text`), all of them or none: a file that cannot be written leaves the earlier run's set as it was,
+    never a new result beside an old report or old requests."""
     out_dir.mkdir(parents=True, exist_ok=True)
     document = result_document(run)
     result_path, report_path = out_dir / RESULT_FILE, out_dir / REPORT_FILE
@@ -123,9 +124,16 @@ def write_outputs(out_dir: Path, run: RunResult) -> WrittenOutputs:
     thresholds = (
         None if fragment is None else render_thresholds_yaml(fragment, run.settings.lead_time_seconds, _provenance(run))
     )
-    write_all_or_none(
-        {result_path: _json_text(document), report_path: report.render_report(document), thresholds_path: thresholds}
-    )
+    texts: dict[Path, str | None] = {
+        result_path: _json_text(document),
+        report_path: report.render_report(document),
+        thresholds_path: thresholds,
+    }
+    if saved_requests is not None:
+        path, text = saved_requests
+        path.parent.mkdir(parents=True, exist_ok=True)
+        texts[path] = text
+    write_all_or_none(texts)
     return WrittenOutputs(
         result=result_path, report=report_path, thresholds=None if thresholds is None else thresholds_path
     )
@@ -156,9 +164,9 @@ REQUEST_FIELDS = (
 )
 
 
-def write_requests(path: Path, step_runs: Sequence[StepRun], slos: SloSpec) -> None:
-    """Every measured request, a row each (CSV) or a JSON object a line (.jsonl); `sent_at` is seconds since its
-    step's warm-up ended, `step` the step's place in the run (1 = first)."""
+def requests_text(path: Path, step_runs: Sequence[StepRun], slos: SloSpec) -> str:
+    """Every measured request, a row each (CSV) or, where `path` ends in .jsonl, a JSON object a line; `sent_at` is
+    seconds since its step's warm-up ended, `step` the step's place in the run (1 = first)."""
     rows = [
         {
             "step": index,
@@ -184,8 +192,7 @@ def write_requests(path: Path, step_runs: Sequence[StepRun], slos: SloSpec) -> N
         writer.writeheader()
         writer.writerows(rows)
         text = buffer.getvalue()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, text)
+    return text
 
 
 def _step_document(step: StepSummary) -> dict[str, Any]:

@@ -3,12 +3,13 @@
 import csv
 import errno
 import json
+from pathlib import Path
 
 import pytest
 
 from exporter import files
 from exporter.loadtest.measure import RequestRecord, StepRun
-from exporter.loadtest.outputs import KNEE_FIELDS, REQUEST_FIELDS, result_document, write_outputs, write_requests
+from exporter.loadtest.outputs import KNEE_FIELDS, REQUEST_FIELDS, requests_text, result_document, write_outputs
 from tests.loadtest import built_steps
 
 CONTRACT_KEYS = {
@@ -175,9 +176,25 @@ SAVED_RUNS = (
 )
 
 
+def _save(out: Path, path: Path) -> None:
+    write_outputs(out, built_steps.several_steps(), (path, requests_text(path, SAVED_RUNS, built_steps.SLOS)))
+
+
+def test_saved_requests_are_part_of_the_set_a_requests_file_that_cannot_be_written_leaves_the_earlier_result(
+    tmp_path,
+):
+    out, path = tmp_path / "out", tmp_path / "requests.jsonl"
+    out.mkdir()
+    (out / "result.json").write_text("earlier\n")
+    path.mkdir()  # where the requests were to go
+    with pytest.raises(IsADirectoryError):
+        _save(out, path)
+    assert (out / "result.json").read_text() == "earlier\n" and not (out / "report.html").exists()
+
+
 def test_saved_requests_as_csv_are_a_row_each_in_send_order_with_whether_each_was_good(tmp_path):
     path = tmp_path / "deep" / "requests.csv"
-    write_requests(path, SAVED_RUNS, built_steps.SLOS)
+    _save(tmp_path / "out", path)
     with path.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert list(rows[0]) == list(REQUEST_FIELDS)
@@ -196,7 +213,7 @@ def test_saved_requests_as_csv_are_a_row_each_in_send_order_with_whether_each_wa
 
 def test_saved_requests_as_json_lines_are_an_object_each_with_nulls_for_what_was_not_measured(tmp_path):
     path = tmp_path / "requests.jsonl"
-    write_requests(path, SAVED_RUNS, built_steps.SLOS)
+    _save(tmp_path / "out", path)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(rows) == 5
     assert all(list(row) == list(REQUEST_FIELDS) for row in rows)
