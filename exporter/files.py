@@ -84,7 +84,7 @@ def _refuse_a_directory(path: Path) -> None:
     # A file cannot be renamed over a directory: found before any path changes, not half-way through the set. A
     # symlink to one is replaced itself, so it is no obstacle.
     if path.is_dir() and not path.is_symlink():
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        raise IsADirectoryError(errno.EISDIR, "a folder is in the way of the file", str(path))
 
 
 def _flushed_beside(path: Path, text: str, mode: int) -> str:

@@ -4,7 +4,6 @@ config generates and lints the scaler files as they are on disk.
 """
 
 import argparse
-import errno
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 from exporter.cli_args import EXIT_OK, Formatter, Subcommands, env_twin
 from exporter.config import Config, ConfigError, load_config, read_config_text
 from exporter.display import shown
-from exporter.files import read_regular_file, write_atomically
+from exporter.files import read_regular_file, write_all_or_none
 from exporter.generate import autoscaling, monitors, rules
 from exporter.generate.artifact import Artifact
 
@@ -33,20 +32,14 @@ def artifacts(config: Config) -> list[Artifact]:
 
 
 def write(items: Iterable[Artifact], out: Path) -> list[Path]:
-    """Each artifact under `out`, atomically and readable by all (Prometheus and Grafana must read them). Every
-    folder is made and every target checked before the first file is written, so a target that is a folder stops
-    the run with the files as they were, not with some of them from the new config and the rest from the old."""
-    targets = [(out / item.path, item.text) for item in items]
-    for target, _ in targets:
+    """Each artifact under `out`, readable by all (Prometheus and Grafana must read them), all of them or none: a
+    target that cannot be written (a folder in its way, a full disk) leaves the files as they were, not some from
+    the new config and the rest from the old."""
+    texts: dict[Path, str | None] = {out / item.path: item.text for item in items}
+    for target in texts:
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_dir():
-            raise IsADirectoryError(errno.EISDIR, "a folder is in the way of the file", str(target))
-    for target, text in targets:
-        try:
-            write_atomically(target, text)
-        except OSError as error:  # it names the temporary file beside the target; the user knows the target
-            raise OSError(error.errno, error.strerror, str(target)) from error
-    return [target for target, _ in targets]
+    write_all_or_none(texts)
+    return list(texts)
 
 
 def stale(items: Iterable[Artifact], out: Path) -> list[str]:

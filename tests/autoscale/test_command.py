@@ -321,7 +321,7 @@ def test_a_report_that_cannot_be_written_leaves_the_previous_result_untouched(
     (out / "result.json").write_text("a previous run's result\n")
     config, demand = _config(tmp_path, LLAMA), _burst_csv(tmp_path)
     err = _refused(capsys, "--config", str(config), "--demand", str(demand), "--out", str(out))
-    assert f"--out {out}: cannot write {out / 'report.html'} (Is a directory)" in err
+    assert f"--out {out}: cannot write {out / 'report.html'} (a folder is in the way of the file)" in err
     assert (out / "result.json").read_text() == "a previous run's result\n"
     assert sorted(os.listdir(out)) == ["report.html", "result.json"]  # no temporary file left beside them
 

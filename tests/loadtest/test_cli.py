@@ -368,7 +368,8 @@ def test_an_output_that_cannot_be_written_is_named_in_one_line_and_exits_1(
         status = main(loadtest_args(fake.url, "ttft=500ms", "--max-concurrency", "1", "--out", str(out)))
     err = capsys.readouterr().err
     assert status == 1
-    assert err.strip().splitlines()[-1] == f"plimsoll loadtest: cannot write {out / 'result.json'}: Is a directory"
+    in_the_way = "a folder is in the way of the file"
+    assert err.strip().splitlines()[-1] == f"plimsoll loadtest: cannot write {out / 'result.json'}: {in_the_way}"
 
 
 def test_a_report_that_cannot_be_written_leaves_the_previous_runs_outputs_untouched_and_exits_1(
@@ -383,7 +384,8 @@ def test_a_report_that_cannot_be_written_leaves_the_previous_runs_outputs_untouc
         status = main(loadtest_args(fake.url, "ttft=500ms", "--max-concurrency", "1", "--out", str(out)))
     err = capsys.readouterr().err
     assert status == 1
-    assert err.strip().splitlines()[-1] == f"plimsoll loadtest: cannot write {out / 'report.html'}: Is a directory"
+    in_the_way = "a folder is in the way of the file"
+    assert err.strip().splitlines()[-1] == f"plimsoll loadtest: cannot write {out / 'report.html'}: {in_the_way}"
     assert {name: (out / name).read_text() for name in earlier} == earlier
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "result.json", "thresholds.yaml"]
 
