@@ -13,7 +13,6 @@ given time to return to the load it had before the run (`settle`).
 
 import asyncio
 import contextlib
-import itertools
 import json
 import math
 import random
@@ -429,7 +428,7 @@ def server_gone(last: Sequence[RequestRecord], slots: int) -> str | None:
     the step's requests for a whole --request-timeout. A server that answers an error is judged, not given up on."""
     if len(last) < slots:
         return None
-    newest = list(itertools.islice(reversed(last), slots))
+    newest = list(last)[-slots:]
     if not all(record.error in NOTHING_LISTENING or unanswered(record) for record in newest):
         return None
     errors = ", ".join(sorted({str(record.error) for record in newest}))
