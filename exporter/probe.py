@@ -3,11 +3,10 @@
 import argparse
 import asyncio
 import json
-import signal
 import sys
 from typing import Any
 
-from exporter.cli_args import EXIT_OK, Formatter, Subcommands, duration_arg
+from exporter.cli_args import EXIT_INTERRUPTED, EXIT_OK, Formatter, Subcommands, duration_arg
 from exporter.config import ENGINE_NAMES, redact_url
 from exporter.display import shown
 from exporter.files import NotARegularFile, read_regular_file
@@ -142,6 +141,6 @@ def _run(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(probe(args.source, args.engine, args.timeout))
     except KeyboardInterrupt:  # Ctrl-C while the endpoint is slow to answer: the user's choice, not a crash
-        return 128 + signal.SIGINT
+        return EXIT_INTERRUPTED
     print(json.dumps(result, indent=2) if args.format == "json" else probe_table(result))
     return EXIT_OK if result["readings"] else 1

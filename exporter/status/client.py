@@ -11,7 +11,6 @@ import base64
 import json
 import math
 import os
-import signal
 import ssl
 import sys
 import time
@@ -26,6 +25,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from exporter.cli_args import EXIT_INTERRUPTED
 from exporter.config import redact_url
 from exporter.core import status_format
 from exporter.display import plain, shown
@@ -476,7 +476,7 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"plimsoll status: {shown(str(error))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C while the daemon is slow to answer: the user's choice, not a crash
-        return 128 + signal.SIGINT
+        return EXIT_INTERRUPTED
     if args.format == "json":
         print(json.dumps(fetched.state, indent=2))
         return 0
