@@ -67,7 +67,7 @@ def model_prediction(
         tokens, source, block_size = engine_capacity_tokens, "engine", engine_block_size
     else:
         return None
-    held = math.ceil(footprint_tokens / block_size) * block_size if block_size else footprint_tokens
+    held = held_tokens(footprint_tokens, block_size)
     return ModelPrediction(
         kv_cache_tokens=tokens,
         source=source,
@@ -77,6 +77,11 @@ def model_prediction(
         knee_concurrency=knee_concurrency,
         engine_kv_cache_tokens=engine_capacity_tokens,
     )
+
+
+def held_tokens(footprint_tokens: float, block_size: int | None) -> float:
+    """The pool a request of `footprint_tokens` holds: whole blocks where the engine allocates blocks."""
+    return math.ceil(footprint_tokens / block_size) * block_size if block_size else footprint_tokens
 
 
 def mean_footprint_tokens(requests: Sequence[RequestRecord]) -> float:

@@ -638,6 +638,33 @@ async def run_step(
     )
 
 
+async def one_request(settings: RunSettings, run: Run) -> RequestRecord | None:
+    """One request from the run's stream, sent alone and measured; None when Ctrl-C or SIGTERM came first (or the
+    client failed: the caller goes on without it)."""
+    request = next(run.work)
+    exchange = asyncio.create_task(
+        send(
+            run.session,
+            settings.endpoint_at(),
+            run.model,
+            request.prompt,
+            request.max_tokens,
+            settings.limits,
+            ignore_eos=settings.ignore_eos,
+            allow_short=settings.allow_short_answers,
+        )
+    )
+    try:
+        await _wait_or_interrupt([exchange], run.interrupted)
+    finally:
+        if not exchange.done():
+            exchange.cancel()
+            await asyncio.gather(exchange, return_exceptions=True)
+    if exchange.cancelled() or exchange.exception() is not None:
+        return None
+    return exchange.result()[0]
+
+
 def arrival_gaps(rate: float, kind: str, seed: int) -> Iterator[float]:
     """Seconds between arrivals: exponential (a Poisson process, what independent users make) or constant."""
     rng = random.Random(seed)

@@ -9,19 +9,23 @@ Two answers come from the same steps:
   most that any higher concurrency reached), which is how a batch-slot limit shows. The throughput plateau is a
   signal of its own: the step's throughput within `PLATEAU_SHARE` of the most reached at or above it.
 
-Doubling from 1 goes on until both are bracketed (a failing step; a saturated one) or the maximum is reached. Past
-the saturation point load only queues, so the rise goes on by a quarter at a time (`PAST_SATURATION_TOLERANCE`)
-up to twice it: the first level where the SLOs fail brackets the SLO knee as closely as it needs to be there, with
-no bisection (with no latency SLO to judge, the first quarter is the last level: nothing but errors can fail past
-it). Past the first failing step it goes on at most to `SATURATION_SEARCH_PAST_FAIL` times it (the
-saturation point is then reported as not reached, if it was not). Each bracket is then bisected,
-the lower one first, until it is within `tolerance` of its lower end (or one request). Where the engine saturated
-with its KV cache full, the first probes into its bracket are where the pool should run out by the KV usage the
-doubling measured (`_pool_guess`): right, they settle it in one or two steps instead of log2 of its width; wrong,
-they cost one or two steps before plain bisection goes on. Last, the operating point
-(the lower of the two answers, the one thresholds and autoscaling take) and the level above it are run again: a
-level passes only if every run of it passed, and is saturated if any run was. Where the runs disagree the answer
-is reported as a range. The search stops at a step the user or the time limit interrupted, keeping what it knew.
+The rise starts at 1, or where the engine's reported KV pool says it still holds every request (`pool_start`): on
+a KV-limited engine that is one level under the saturation point, so concurrency 1 and the doublings under the
+pool are never run. Doubling from there goes on until both are bracketed (a failing step; a saturated one) or the
+maximum is reached. Past the saturation point load only queues, so the rise goes on by a quarter at a time
+(`PAST_SATURATION_TOLERANCE`) up to twice it: the first level where the SLOs fail brackets the SLO knee as closely
+as it needs to be there, with no bisection (with no latency SLO to judge, the first quarter is the last level:
+nothing but errors can fail past it). Past the first failing step it goes on at most to
+`SATURATION_SEARCH_PAST_FAIL` times it (the saturation point is then reported as not reached, if it was not). Each
+bracket is then bisected, the lower one first, until it is within `tolerance` of its lower end (or one request); a
+bracket with nothing measured under it reaches down to 0, so a start that already failed or saturated is bisected
+down to 1 where need be. Where the engine saturated with its KV cache full, the first probes into its bracket are
+where the pool should run out by the KV usage measured under it (`_pool_guess`): right, they settle it in one or
+two steps instead of log2 of its width; wrong, they cost one or two steps before plain bisection goes on. Last, the
+operating point (the lower of the two answers, the one thresholds and autoscaling take) and the level above it are
+run again: a level passes only if every run of it passed, and is saturated if any run was. Where the runs disagree
+the answer is reported as a range. The search stops at a step the user or the time limit interrupted, keeping what
+it knew.
 
 What limited the run is whichever came first: saturation (`kv_cache` where the pool was full or the engine
 preempted, else `saturation`), or the first failing step, read in order of what would make the others misleading:
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from exporter.loadtest.judge import KV_FULL_RATIO, StepSummary
+from exporter.loadtest.model import held_tokens
 
 LimitedBy = Literal["slo:ttft", "slo:itl", "errors", "kv_cache", "saturation", "client", "max_concurrency", "none"]
 Signal = Literal["throughput_plateau", "kv_full", "queue", "preemptions"]
@@ -151,9 +156,15 @@ def _needs_split(low: float | None, high: float | None, tolerance: float) -> boo
 
 
 async def find_knee(
-    run_step: RunStep, max_concurrency: int, tolerance: float = DEFAULT_TOLERANCE, *, latency_slos: bool
+    run_step: RunStep,
+    max_concurrency: int,
+    tolerance: float = DEFAULT_TOLERANCE,
+    *,
+    latency_slos: bool,
+    start: int = 1,
 ) -> Search:
-    """`latency_slos`: whether the steps are judged on a TTFT or ITL objective (without one, only errors fail)."""
+    """`latency_slos`: whether the steps are judged on a TTFT or ITL objective (without one, only errors fail).
+    `start`: the first level (`pool_start`), at most `max_concurrency`."""
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
     steps: list[StepSummary] = []
@@ -164,7 +175,7 @@ async def find_knee(
         steps.append(step)
         return not step.interrupted
 
-    concurrency = 1
+    concurrency = max(1, min(start, max_concurrency))
     while True:
         if not await run(concurrency):
             return conclude(steps, interrupted=True)
@@ -194,21 +205,31 @@ async def find_knee(
     return conclude(steps, interrupted=False)
 
 
+def pool_start(capacity_tokens: int, block_size: int | None, footprint_tokens: int) -> int:
+    """The first level of a search on an engine that reports its KV pool, for requests that each hold
+    `footprint_tokens`: as many as the pool holds less one block, in whole blocks. Engines keep a block or so back
+    (vLLM one, never handed out), and a start one level low costs one step, where a start that saturates costs a
+    bisection down from it."""
+    held = held_tokens(footprint_tokens, block_size)
+    return max(1, math.floor((capacity_tokens - (block_size or 0)) / held)) if held > 0 else 1
+
+
 def _pool_prediction(levels: _Levels, below: float | None = None) -> int | None:
-    """The lowest concurrency a KV-limited engine should saturate at: its KV usage grows with the requests it holds,
-    so at the highest level measured under the ceiling (and under `below`) the pool holds `level / usage` of them,
-    and one more waits. None where no such level reported its usage."""
-    under = [
+    """The lowest concurrency a KV-limited engine should saturate at, from the highest level measured (under
+    `below`) that reported its KV usage: where that level held the pool full, the next one; else, as the usage grows
+    with the requests held, the pool holds `level / usage` of them and one more waits. None where no level reported
+    its usage."""
+    measured = [
         (level, usage)
         for level in levels.runs
-        if (below is None or level < below)
-        and (usage := levels.last(level).kv_cache_usage_ratio) is not None
-        and 0 < usage < KV_FULL_RATIO
+        if (below is None or level < below) and (usage := levels.last(level).kv_cache_usage_ratio) is not None
     ]
-    if not under:
+    if not measured:
         return None
-    level, usage = max(under)
-    return math.floor(level / usage) + 1
+    level, usage = max(measured)
+    if usage >= KV_FULL_RATIO:
+        return math.floor(level) + 1
+    return math.floor(level / usage) + 1 if usage > 0 else None
 
 
 def _pool_guess(levels: _Levels) -> int | None:
@@ -242,7 +263,7 @@ def _next_rise(levels: _Levels, concurrency: int, max_concurrency: int) -> int:
     if doubled < predicted - 1 < max_concurrency:
         return predicted - 1
     below = max((level for level in levels.runs if level < concurrency), default=None)
-    jumped = below is not None and concurrency > 2 * below
+    jumped = concurrency > 2 * below if below is not None else concurrency > 1  # a start above 1 was a jump too
     if jumped and concurrency < predicted <= min(doubled, max_concurrency):
         return predicted  # once only: the level after it was not reached by a jump
     return min(doubled, max_concurrency)
@@ -254,10 +275,10 @@ def _next_bisection(levels: _Levels, tolerance: float, pool_guess: int | None) -
     brackets: list[tuple[float | None, float | None, float]] = []
     saturation, knee = levels.saturation, levels.knee
     if saturation is not None:
-        brackets.append((levels.unsaturated_below(saturation), saturation, tolerance))
+        brackets.append((levels.unsaturated_below(saturation) or 0, saturation, tolerance))
     past_saturation = saturation is not None and knee is not None and knee >= saturation
     brackets.append(
-        (knee, levels.lowest_fail, max(tolerance, PAST_SATURATION_TOLERANCE) if past_saturation else tolerance)
+        (knee or 0, levels.lowest_fail, max(tolerance, PAST_SATURATION_TOLERANCE) if past_saturation else tolerance)
     )
     wide = [(low, high) for low, high, within in brackets if _needs_split(low, high, within)]
     if not wide:

@@ -25,8 +25,9 @@ from exporter.loadtest.judge import (
 )
 from exporter.loadtest.measure import EngineSample, RequestRecord, SloSpec, StepRun, describe_load
 from exporter.loadtest.model import mean_footprint_tokens
-from exporter.loadtest.search import Search, conclude, find_knee
+from exporter.loadtest.search import Search, conclude, find_knee, pool_start
 from exporter.loadtest.watch import SAMPLE_INTERVAL_SECONDS
+from exporter.loadtest.workload import SyntheticWorkload
 
 # How long the engine may take, after a step's last request, to run and queue no more than before the run.
 SETTLE_SECONDS = 5.0
@@ -83,7 +84,11 @@ async def run_steps(settings: runner.RunSettings, search: SearchSettings, progre
                 found = await _fixed(stepper, [(level, None) for level in search.levels])
             else:
                 found = await find_knee(
-                    stepper.step, search.max_concurrency, search.tolerance, latency_slos=search.slos.judges_latency
+                    stepper.step,
+                    search.max_concurrency,
+                    search.tolerance,
+                    latency_slos=search.slos.judges_latency,
+                    start=await stepper.search_start(),
                 )
         notes.extend(stepper.notes)
         notes.extend(_step_notes(found.steps))
@@ -140,6 +145,32 @@ class _Stepper:
         self.summaries: list[StepSummary] = []
         self.notes: list[str] = []
         self.stopped_by_time_limit = False
+        self.lifetime_alone = 0.0  # seconds a request took with nothing else in flight, where one was measured
+
+    async def search_start(self) -> int:
+        """Where the search starts: 1, or, on an engine that reports its KV pool and a workload whose requests are
+        all one length, where one request measured alone says the pool still holds every request (`pool_start`):
+        what a step at 1 would have told the search, in one request's time. Its lifetime stands in for that
+        step's as the first step's warm-up."""
+        engine, workload = self.run.engine, self.settings.workload
+        if (
+            engine.capacity_tokens is None
+            or not isinstance(workload, SyntheticWorkload)
+            or not workload.fixed_lengths
+            or self.settings.allow_short_answers  # an answer may stop early: one request's length is not all's
+        ):
+            return 1
+        alone = await runner.one_request(self.settings, self.run)
+        if alone is None or alone.e2e_seconds is None or alone.prompt_tokens is None or alone.output_tokens is None:
+            return 1
+        self.lifetime_alone = alone.e2e_seconds
+        footprint = alone.prompt_tokens + alone.output_tokens
+        start = pool_start(engine.capacity_tokens, engine.block_size, footprint)
+        self.progress.message(
+            f"one request alone holds {footprint} tokens of the engine's {engine.capacity_tokens}-token KV pool: "
+            f"the search starts at concurrency {start}"
+        )
+        return start
 
     async def step(self, concurrency: int, offered_rate: float | None = None) -> StepSummary:
         """A closed-loop step at `concurrency`, or with `offered_rate` an open-loop one capped at it."""
@@ -188,7 +219,7 @@ class _Stepper:
         times the load's growth where that level queued (its requests waited, so they will wait longer here)."""
         below = [s for s in self.summaries if s.load <= load and s.e2e_p99_seconds is not None]
         if not below:
-            return self.settings.warmup_seconds
+            return max(self.settings.warmup_seconds, min(self.lifetime_alone, self.settings.request_timeout_seconds))
         nearest = max(below, key=lambda s: s.load)
         assert nearest.e2e_p99_seconds is not None
         growth = load / nearest.load if "queue" in nearest.engine_signals else 1.0

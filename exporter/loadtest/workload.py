@@ -70,6 +70,11 @@ class SyntheticWorkload:
     output_tokens: Lengths
     seed: int = 0
 
+    @property
+    def fixed_lengths(self) -> bool:
+        """Every request has the same prompt and output length: one request's footprint is every request's."""
+        return self.prompt_tokens.spread == 0 and self.output_tokens.spread == 0
+
 
 @dataclass(frozen=True)
 class TraceWorkload:

@@ -257,6 +257,26 @@ def test_run_that_passes_every_step_reports_the_maximum_as_knee(
     assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
+@pytest.mark.parametrize(("spread", "first"), [("0", 39), ("1", 1)])
+def test_the_search_starts_where_the_engine_s_pool_still_holds_every_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spread: str, first: int
+) -> None:
+    # A pool of 40 blocks of 128 tokens, requests of under 128 tokens (one block): 39 fit with a block kept back.
+    # Answers of varied length (a spread) have no one footprint to measure: the search starts at 1.
+    page = IDLE_PAGE.replace('num_gpu_blocks="16384"', 'num_gpu_blocks="40"')
+    page = page.replace('kv_cache_size_tokens="2097152"', 'kv_cache_size_tokens="5120"')
+    assert page.count('"40"') == IDLE_PAGE.count('"40"') + 1 and '"5120"' in page
+    flags = ("--max-concurrency", "40", "--output-tokens-spread", spread, "--out", str(tmp_path), "--format", "json")
+    with fake_server(Behaviour(itl_seconds=0.001, metrics_page=page)) as fake:
+        status = main(loadtest_args(fake.url, "ttft=500ms", *flags))
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    ran = [step["concurrency"] for step in json.loads(captured.out)["steps"]]
+    assert ran[0] == first and min(ran) == first, ran
+    started = "the search starts at concurrency 39" in captured.err
+    assert started == (first == 39), captured.err
+
+
 def test_table_format_prints_every_step_and_the_knee(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with fake_server(Behaviour(itl_seconds=0.001)) as fake:
         status = main(loadtest_args(fake.url, "ttft=500ms", "--max-concurrency", "1", "--out", str(tmp_path)))
@@ -347,8 +367,10 @@ def test_write_leaves_the_config_alone_when_the_time_limit_cut_the_search_short(
     config = tmp_path / "plimsoll.yaml"
     original = "saturation:\n  kv_usage: 0.8\n"
     config.write_text(original)
-    # Steps of 1.2 s that all pass, up to 512: the 3 s limit ends the search a step or two in.
-    flags = ("--max-duration", "3s", "--config", str(config), "--write", "--out", str(tmp_path / "out"))
+    # Steps of 1.2 s that all pass, doubling from 1 (answers of varied length: the search starts at 1) up to 512:
+    # the 3 s limit ends the search a step or two in.
+    flags = ("--max-duration", "3s", "--output-tokens-spread", "1", "--config", str(config), "--write")
+    flags = (*flags, "--out", str(tmp_path / "out"))
     with fake_server(Behaviour(itl_seconds=0.001, metrics_page=IDLE_PAGE)) as fake:
         status = main(loadtest_args(fake.url, "ttft=500ms", *flags))
     err = capsys.readouterr().err

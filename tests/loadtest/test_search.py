@@ -9,7 +9,7 @@ import pytest
 
 from exporter.loadtest.judge import StepSummary, summarize
 from exporter.loadtest.measure import SloSpec, StepRun
-from exporter.loadtest.search import Search, find_knee
+from exporter.loadtest.search import Search, find_knee, pool_start
 from tests.support.simulated_engine import (
     SimulatedEngine,
     SimulatedWorkload,
@@ -111,6 +111,86 @@ def test_the_kv_usage_at_concurrency_one_sends_the_rise_straight_under_the_pool_
     # Past the saturation bracket's rise: a quarter above it (28), then at most two steps into (18, 22), then the
     # confirmation (the last two). Doubling to 32 then bisecting (16, 32) took nine levels before the confirmation.
     assert len(ran[:-2]) <= 6, ran
+
+
+def search_from(engine: SimulatedEngine, slos: SloSpec, start: int) -> Search:
+    runner = step_runner(engine, WORKLOAD, slos, DURATION, WARMUP)
+    return asyncio.run(find_knee(runner, MAX_CONCURRENCY, TOLERANCE, latency_slos=slos.judges_latency, start=start))
+
+
+def test_the_start_is_what_the_pool_holds_less_one_block_in_whole_blocks() -> None:
+    # The integration tests' vLLM engine: 32 blocks of 128 tokens, requests of 200 tokens hold two blocks each; vLLM
+    # keeps one block back, so 15 run at once and the 16th waits.
+    assert pool_start(32 * 128, 128, 200) == 15
+    # A pool counted in tokens (SGLang): no block to round to.
+    assert pool_start(10_000, None, 300) == 33
+    # A request larger than the pool: the search starts at 1.
+    assert pool_start(4096, 16, 10_000) == 1
+
+
+def test_a_start_at_the_pool_finds_the_same_saturation_point_in_fewer_levels() -> None:
+    engine, _, _ = SHAPES["kv-limited"]
+    truth = _kv_truth(NO_SLO)
+    start = pool_start(engine.kv_blocks * engine.block_tokens, engine.block_tokens, 256 + 64)
+    from_one, from_pool = search(engine, NO_SLO), search_from(engine, NO_SLO, start)
+    for found in (from_one, from_pool):
+        assert found.saturation is not None
+        assert (found.saturation.step.concurrency, found.saturation.below) == (truth, truth - 1)
+    ran = [step.concurrency for step in from_pool.steps]
+    assert ran[0] == start and min(ran) == start, ran
+    assert len(ran) < len(from_one.steps), (ran, [step.concurrency for step in from_one.steps])
+
+
+def test_a_start_past_the_saturation_point_is_bisected_down_to_it() -> None:
+    engine, _, _ = SHAPES["kv-limited"]
+    truth = _kv_truth(NO_SLO)
+    found = search_from(engine, NO_SLO, 2 * truth)
+    assert found.saturation is not None
+    assert (found.saturation.step.concurrency, found.saturation.below) == (truth, truth - 1)
+
+
+def test_a_start_whose_step_fails_finds_the_knee_under_it() -> None:
+    engine, slos, _ = SHAPES["slo-limited"]
+    true_knee, _ = brute_force_knee(engine, WORKLOAD, slos, MAX_CONCURRENCY, DURATION, WARMUP)
+    assert true_knee is not None
+    found = search_from(engine, slos, MAX_CONCURRENCY)
+    assert found.steps[0].concurrency == MAX_CONCURRENCY and not found.steps[0].passed
+    assert found.knee is not None
+    assert abs(found.knee.concurrency - true_knee) <= max(1, TOLERANCE * true_knee)
+
+
+def test_a_level_that_fills_the_pool_without_a_queue_is_followed_by_one_more_request() -> None:
+    # vLLM's pool of 15 requests: at 15 its KV cache is full and nothing waits; from 16, requests queue; the SLO
+    # holds to 16.
+    slos = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.9)
+
+    async def run_step(concurrency: int) -> StepSummary:
+        run = StepRun(concurrency, 10.0, (), (), "unreachable", 0.001, None, 10.0, 0, 0)
+        signals = ("kv_full", "queue") if concurrency > 15 else ("kv_full",) if concurrency == 15 else ()
+        return dataclasses.replace(
+            summarize(run, slos),
+            passed=concurrency <= 16,
+            kv_cache_usage_ratio=0.97 * min(1.0, concurrency / 15),
+            engine_signals=signals,
+        )
+
+    found = asyncio.run(find_knee(run_step, 32, TOLERANCE, latency_slos=True, start=15))
+    # 16 next (doubling to 30 and bisecting back took three levels more), a quarter above it where the SLO fails,
+    # and the confirmation.
+    assert [step.concurrency for step in found.steps] == [15, 16, 20, 15, 16]
+    assert found.saturation is not None and found.saturation.step.concurrency == 16
+
+
+def test_no_knee_when_every_level_down_to_one_fails_from_a_higher_start() -> None:
+    steps = scripted(knee=0)
+
+    async def run_step(concurrency: int) -> StepSummary:
+        return steps(concurrency)
+
+    found = asyncio.run(find_knee(run_step, 512, TOLERANCE, latency_slos=True, start=40))
+    ran = [step.concurrency for step in found.steps]
+    assert found.knee is None
+    assert ran[0] == 40 and 1 in ran, ran
 
 
 def test_an_slo_knee_above_the_saturation_point_is_bracketed_to_a_quarter_not_the_tolerance() -> None:
