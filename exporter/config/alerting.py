@@ -1,6 +1,7 @@
 """The `alerting` section: the knobs the generated rules and dashboards both read."""
 
 import re
+import warnings
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,9 +35,19 @@ _ALERTING_FIELDS = (
 _LABEL_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 # What Python's regex engine takes and Prometheus' (RE2) refuses, making it refuse the whole rule file: a "(?" group
-# other than (?P<name>...) and the flags i, m and s (lookarounds, atomic, conditional, comments, (?x)), and a
-# possessive quantifier (*+, ++, ?+, {n}+).
-_NOT_RE2 = re.compile(r"\(\?(?!P<|[ims-]*[:)])|[*+?}]\+")
+# other than (?P<name>...) with an ASCII name and the flags i, m and s (lookarounds, atomic, conditional, comments,
+# (?x)), and a possessive quantifier (*+, ++, ?+, {n}+). Searched outside character classes, where these characters
+# are literals.
+_NOT_RE2 = re.compile(r"\(\?(?!P<[A-Za-z0-9_]+>|[ims-]*[:)])|[*+?}]\+")
+# What Grafana expands as a dashboard variable in the "Daemons reporting" query that holds the regex, with no escape:
+# $name, ${...}, [[name]]. In RE2 nothing can follow the end-of-text "$", and [[name]] is a class then a "]".
+_GRAFANA_VARIABLE = re.compile(r"\$[\w{]|\[\[\s*\w+\s*(?::\w+)?\]\]")
+_REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+_MAX_REPEAT = 1000  # RE2's "invalid repeat count" above it
+# The names RE2 takes in [[:name:]] and [[:^name:]], a set Python reads as nested and does not check (Go's posixGroup).
+_POSIX_CLASSES = frozenset(
+    ("alnum", "alpha", "ascii", "blank", "cntrl", "digit", "graph", "lower", "print", "punct", "space", "upper", "word")
+)
 
 
 def _runbook_url(value: Any) -> str:
@@ -61,6 +72,48 @@ def _runbook_url(value: Any) -> str:
     return text
 
 
+def _class_end(text: str, start: int) -> int:
+    """The index past the character class that opens at text[start], read as RE2 reads one (backslashes are refused
+    before this): a "]" first is a literal, and "[:name:]" is a POSIX class. ValueError for what RE2 refuses in it."""
+    i = start + 1 + text.startswith("^", start + 1)
+    first = True
+    while first or text[i] != "]":
+        first = False
+        if text.startswith("[:", i) and (end := text.find(":]", i + 2)) >= 0:
+            if text[i + 2 : end].removeprefix("^") not in _POSIX_CLASSES:
+                raise ValueError(f"{text[i : end + 2]} is not a POSIX class RE2 knows, such as [:alpha:]")
+            i = end + 2
+        elif text[i + 1 : i + 2] == "-" and text[i + 2 : i + 3] not in ("", "]"):
+            if text[i + 2] < text[i]:
+                raise ValueError(f"{text[i : i + 3]} is a range running backwards")
+            i += 3
+        else:
+            i += 1
+        if i >= len(text):
+            raise ValueError(f"the [ at position {start} is never closed")
+    return i + 1
+
+
+def _re2_problem(text: str) -> str | None:
+    """Why Prometheus (RE2) would refuse a regex that Python compiles, or None."""
+    outside, i = [], 0
+    try:
+        while (start := text.find("[", i)) >= 0:
+            outside.append(text[i:start] + "x")  # one atom, so a quantifier after the class still applies to one
+            i = _class_end(text, start)
+    except ValueError as error:
+        return f"is not a regex Prometheus takes ({error})"
+    rest = "".join(outside) + text[i:]
+    if _NOT_RE2.search(rest):
+        return (
+            "uses regex syntax Prometheus lacks (lookarounds, atomic or conditional groups, possessive quantifiers, "
+            "flags other than i, m and s, group names not of A-Z a-z 0-9 _)"
+        )
+    if any(int(count or 0) > _MAX_REPEAT for repeat in _REPEAT.finditer(rest) for count in repeat.groups()):
+        return f"repeats more than {_MAX_REPEAT} times, which Prometheus refuses"
+    return None
+
+
 def _job_regex(value: Any) -> str:
     """A regex written inside a PromQL string (job=~"...") and a comment of the monitors: it must compile and hold
     no quote, backslash, line break or other control character."""
@@ -70,13 +123,17 @@ def _job_regex(value: Any) -> str:
             f"{shown(text)} must be a non-empty regex without quotes or backslashes, on one line of printable text"
         )
     try:
-        re.compile(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # "possible nested set": RE2's [[:alpha:]] is checked below
+            re.compile(text)
     except re.error as error:
         raise ValueError(f"{shown(text)} is not a regex ({error})") from None
-    if _NOT_RE2.search(text):
+    if problem := _re2_problem(text):
+        raise ValueError(f"{shown(text)} {problem}")
+    if _GRAFANA_VARIABLE.search(text):
         raise ValueError(
-            f"{shown(text)} uses regex syntax Prometheus lacks (lookarounds, atomic or conditional groups, "
-            "possessive quantifiers, flags other than i, m and s)"
+            f"{shown(text)} holds $name, ${{...}} or [[name]], which Grafana would replace with a dashboard variable "
+            "(a $ matches only at the end, so nothing may follow it)"
         )
     if "{{" in text:  # quoted in PlimsollExporterAbsent's description, which Prometheus expands as a Go template
         raise ValueError(f"{shown(text)} holds {{{{: Prometheus would read it as a template; write [{{][{{]")
@@ -88,11 +145,11 @@ def _rule_labels(value: Any) -> tuple[tuple[str, str], ...]:
         raise ValueError(f"expected a map of label names to text values, got {value_kind(value)}")
     problems = []
     for name, label in value.items():
-        if not isinstance(name, str) or not _LABEL_NAME.match(name):
+        if not isinstance(name, str) or not _LABEL_NAME.fullmatch(name):  # match(): "$" takes a trailing "\n"
             problems.append(f"{shown(name)} is not a Kubernetes label name")
         elif not isinstance(label, str):
             problems.append(f"{name}: {shown(label)} is {value_kind(label)}, not text (quote it)")
-        elif not _LABEL_VALUE.match(label):
+        elif not _LABEL_VALUE.fullmatch(label):
             problems.append(f"{name}: {shown(label)} is not a Kubernetes label value (63 of A-Z a-z 0-9 - _ .)")
     if problems:
         raise ValueError("; ".join(problems))

@@ -16,6 +16,7 @@ adds the PromQL and renders the manifests.
 `lint_file` on the files on disk, which `generate --check` reviews (they may have been edited by hand).
 """
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ _ALWAYS_ONE_ELEMENT = re.compile(r"^\s*(or\s+vector\s*\(\s*[0-9.]+\s*\))?\s*$")
 # A model="..." matcher, its string's escapes (\" and \\) read as the one character they stand for.
 _MODEL_SELECTOR = re.compile(r'model\s*=\s*"((?:[^"\\]|\\.)*)"')
 _PROMQL_ESCAPE = re.compile(r"\\(.)")
+# A PromQL string, double- or single-quoted with backslash escapes, or a raw `...`: the parentheses in it are text.
+_PROMQL_STRING = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`""")
 
 
 @dataclass(frozen=True)
@@ -385,6 +388,7 @@ def _query_problems(field: str, query: str, models: set[str]) -> list[str]:
 
 def _returns_one_element(query: str) -> bool:
     """An aggregation without grouping around the whole query, optionally `or vector(N)`."""
+    query = _PROMQL_STRING.sub('""', query)  # a model named "llama)" must not close the aggregation
     match = _AGGREGATION.match(query)
     if match is None:
         return False
@@ -397,8 +401,11 @@ def _returns_one_element(query: str) -> bool:
 
 
 def _count(value: Any) -> float | None:
-    """A number a hand edit may have turned into text; None where it is not one."""
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A count of replicas or seconds, which Kubernetes reads as a whole int32; None where a hand edit made it
+    anything else (text, 1.5, .nan, .inf)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value) if float(value).is_integer() else None
 
 
 def _bounds_problems(

@@ -104,7 +104,10 @@ def add_generate(commands: Subcommands) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else Config()
-    items = artifacts(config)
+    try:
+        items = artifacts(config)
+    except ConfigError as error:  # what only the generators see, such as two workloads' scalers colliding
+        raise ConfigError([f"{args.config}: {problem}" for problem in error.problems]) from None
     out = Path(args.out)
     if args.check:
         differing = stale(items, out)

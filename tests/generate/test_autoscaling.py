@@ -240,6 +240,15 @@ def _set_query(query: str):
             "spec.triggers[0].metadata.metricName: deprecated",
         ),
         (lambda spec: spec.update(minReplicaCount=9), "spec.minReplicaCount: min replicas 9 above max replicas 8"),
+        # Kubernetes reads these as whole numbers: YAML's .nan or a 1.5 is no count, and .nan would pass every check.
+        (lambda spec: spec.update(maxReplicaCount=math.nan), "spec.maxReplicaCount: nan is not a number of replicas"),
+        (lambda spec: spec.update(minReplicaCount=1.5), "spec.minReplicaCount: 1.5 is not a number of replicas"),
+        (
+            lambda spec: spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"].update(
+                stabilizationWindowSeconds=math.inf
+            ),
+            "behavior.scaleDown.stabilizationWindowSeconds: inf is not a number of seconds",
+        ),
         (
             lambda spec: spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"].update(
                 stabilizationWindowSeconds=3601

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from exporter.cli import main
 from exporter.generate import command as generate
@@ -94,7 +95,7 @@ def test_a_different_objective_changes_the_rules(tmp_path):
     config.write_text("slos: {ttft: {threshold: 250ms, objective: 0.999}}\n")
     main(["generate", "--config", str(config), "--out", str(tmp_path)])
     text = (tmp_path / "rules" / "plimsoll.rules.yaml").read_text()
-    assert "0.999" in text or "0.001" in text
+    assert "* (1 - 0.999))" in text  # each burn alert's error ratio: its factor times the budget
     assert "0.25" in (tmp_path / "dashboards" / "plimsoll-instance.json").read_text()
 
 
@@ -110,6 +111,20 @@ def test_an_alerting_section_points_the_rules_and_dashboards_at_the_same_runbook
     assert '"value": 0.33' in fleet and '"value": -0.33' in fleet
 
 
+def test_workloads_whose_scalers_would_collide_are_named_with_the_config_file_and_nothing_is_written(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    workloads = [
+        {"model": model, "name": name, "namespace": "b", "max_replicas": 2}
+        for model, name in [("m", "a.b"), ("n", "a-b")]
+    ]
+    config.write_text(yaml.safe_dump({"autoscaling": {"workloads": workloads}}))
+    assert main(["generate", "--config", str(config), "--out", str(tmp_path / "out")]) != 0
+    assert f"plimsoll generate: {config}: autoscaling.workloads[1].name: 'a-b' in namespace b gives" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_bad_alerting_value_is_named_and_nothing_is_written(tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text("alerting: {capacity_drift_ratio: 2}\n")
@@ -118,23 +133,90 @@ def test_a_bad_alerting_value_is_named_and_nothing_is_written(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-# Each compiles in Python and made Prometheus refuse the whole rule file (promtool 2.42: "invalid or unsupported Perl
-# syntax", "invalid nested repetition operator", and for {{ a template error in PlimsollExporterAbsent's description).
+def _promtool_takes_job_regex(promtool: str, workdir, job: str) -> bool:
+    rule_file = workdir / "job.rules.yaml"
+    rule_file.write_text(
+        yaml.safe_dump({"groups": [{"name": "g", "rules": [{"record": "r", "expr": f'up{{job=~"{job}"}}'}]}]})
+    )
+    return subprocess.run([promtool, "check", "rules", str(rule_file)], capture_output=True, timeout=60).returncode == 0
+
+
+# Each compiles in Python and makes Prometheus refuse the whole rule file (promtool: "invalid or unsupported Perl
+# syntax", "invalid nested repetition operator", "invalid repeat count", "invalid character class range", "missing
+# closing ]"); a backreference needs a backslash, refused with the quotes.
 @pytest.mark.parametrize(
     ("job", "reason"),
     [
         ("(?!test).*plimsoll", "uses regex syntax Prometheus lacks"),
+        ("plim(?=soll)", "uses regex syntax Prometheus lacks"),
         ("(?x)plimsoll", "uses regex syntax Prometheus lacks"),
+        ("(?P<modèle>plimsoll)", "uses regex syntax Prometheus lacks"),
         (".*plimsoll.*+", "uses regex syntax Prometheus lacks"),
-        ("plim{{soll}}", "holds {{: Prometheus would read it as a template"),
+        ("[?+]*+plimsoll", "uses regex syntax Prometheus lacks"),
+        ("[*]{2}+plimsoll", "uses regex syntax Prometheus lacks"),
+        ("(plim)soll-\\1", "must be a non-empty regex without quotes or backslashes"),
+        ("plim{1001}soll", "repeats more than 1000 times"),
+        ("[[:letter:]]+plimsoll", "is not a regex Prometheus takes ([:letter:] is not a POSIX class"),
+        ("plimsoll-[[:alpha:]z-a]", "is not a regex Prometheus takes (z-a is a range running backwards)"),
+        ("plimsoll-[[:digit:]", "is not a regex Prometheus takes (the [ at position 9 is never closed)"),
     ],
 )
-def test_an_exporter_job_prometheus_would_refuse_is_named_and_nothing_is_written(tmp_path, capsys, job, reason):
+def test_an_exporter_job_prometheus_would_refuse_is_named_and_nothing_is_written(
+    tmp_path, capsys, prometheus_tools, job, reason
+):
     config = tmp_path / "c.yaml"
-    config.write_text(f"alerting: {{exporter_job: '{job}'}}\n")
+    config.write_text(yaml.safe_dump({"alerting": {"exporter_job": job}}))
     assert main(["generate", "--config", str(config), "--out", str(tmp_path / "out")]) != 0
     assert f"alerting.exporter_job: {job!r} {reason}" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    assert not _promtool_takes_job_regex(prometheus_tools["promtool"], tmp_path, job)
+
+
+def test_an_exporter_job_holding_a_go_template_is_refused_before_prometheus_expands_it(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("alerting: {exporter_job: 'plim{{soll}}'}\n")
+    assert main(["generate", "--config", str(config), "--out", str(tmp_path / "out")]) != 0
+    assert "alerting.exporter_job: 'plim{{soll}}' holds {{: Prometheus would read it as a template" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    "job", ["plimsoll$node", "plimsoll${__user.login}", "[[model]]plimsoll", "plimsoll$|x$__range"]
+)
+def test_an_exporter_job_grafana_would_rewrite_as_a_dashboard_variable_is_refused(tmp_path, capsys, job):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"alerting": {"exporter_job": job}}))
+    assert main(["generate", "--config", str(config), "--out", str(tmp_path / "out")]) != 0
+    assert f"alerting.exporter_job: {job!r} holds $name, ${{...}} or [[name]], which Grafana would replace" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "out").exists()
+
+
+# Inside a character class, ?, +, *, ( and { are literals, and [:alpha:] is RE2's POSIX class (a "nested set" that
+# Python warns about: the warning must not reach the user's terminal).
+@pytest.mark.filterwarnings("error::FutureWarning")
+@pytest.mark.parametrize(
+    "job",
+    [
+        "plim[?+]soll",
+        "[*]plimsoll",
+        "plimsoll[(?=]x",
+        "[]a-]plimsoll",
+        "[[:alpha:]]+-plimsoll",
+        "[^]{]{2}x",
+        "^plimsoll$",
+    ],
+)
+def test_an_exporter_job_prometheus_takes_reaches_the_absent_alert_as_written(tmp_path, prometheus_tools, job):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"alerting": {"exporter_job": job}}))
+    assert main(["generate", "--config", str(config), "--out", str(tmp_path)]) == 0
+    alerts = yaml.safe_load((tmp_path / "rules" / "plimsoll.rules.yaml").read_text())
+    exprs = [rule["expr"] for group in alerts["groups"] for rule in group["rules"] if "alert" in rule]
+    assert any(f'up{{job=~"{job}"}}' in expr for expr in exprs)
+    assert _promtool_takes_job_regex(prometheus_tools["promtool"], tmp_path, job)
 
 
 SCALERS = "deploy/kubernetes/autoscaling"

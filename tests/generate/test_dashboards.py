@@ -15,7 +15,7 @@ import yaml
 from exporter.config import Config, SloConfig, load_config
 from exporter.core.scale_up import LAG_BUCKETS
 from exporter.daemon.collector import SnapshotCollector
-from exporter.daemon.snapshot import Snapshot
+from exporter.daemon.snapshot import FAILURE_REASONS, Snapshot
 from exporter.generate import dashboards, rules
 from exporter.generate.rules import saturation_gate_ratio
 from exporter.scaling import DEMAND_RECORD
@@ -163,6 +163,11 @@ def test_every_panel_has_a_unit_and_a_description(example):
     for path, panel in all_panels(example):
         assert panel["fieldConfig"]["defaults"].get("unit"), f"{path}: {panel['title']!r} has no unit"
         assert len(panel.get("description") or "") > 40, f"{path}: {panel['title']!r} says not what it answers"
+
+
+def test_the_poll_failures_panel_names_every_reason_the_daemon_counts(example):
+    description = panel_titled(example, "Target polls: failures per second by reason")["description"]
+    assert f": {', '.join(FAILURE_REASONS)}. " in description
 
 
 def recorded_names(config: Config) -> set[str]:
@@ -368,10 +373,13 @@ def test_runbook_url_is_in_every_alert_and_linked_from_every_dashboard(example):
 
 
 def test_exporter_job_is_what_the_absent_alert_and_the_daemons_panel_match(example):
-    config = with_alerting(example, exporter_job="monitoring/plim-ds")
-    assert 'up{job=~"monitoring/plim-ds"} == 1' in alert(config, "PlimsollExporterAbsent")["expr"]
-    (expr,) = queries_of(panel_titled(config, "Daemons reporting"))
-    assert 'up{job=~"monitoring/plim-ds", instance=~"$node"} == 1' in expr
+    config = with_alerting(example, exporter_job="monitoring/plim-.*")
+    assert 'up{job=~"monitoring/plim-.*"} == 1' in alert(config, "PlimsollExporterAbsent")["expr"]
+    daemons = panel_titled(config, "Daemons reporting")
+    (expr,) = queries_of(daemons)
+    assert 'up{job=~"monitoring/plim-.*", instance=~"$node"} == 1' in expr
+    # A code span: Grafana renders descriptions as Markdown, where the stars of .* would start italics.
+    assert "matching `monitoring/plim-.*`," in daemons["description"]
 
 
 def test_rule_labels_label_the_prometheus_rule_and_replace_the_default_release(example):
@@ -520,7 +528,7 @@ def test_scale_up_panels_read_the_lag_histogram_over_the_range_and_the_pending_a
     ]
     assert lag["fieldConfig"]["defaults"]["unit"] == pending["fieldConfig"]["defaults"]["unit"] == "s"
     # The start-up each lag is held against, per workload the daemon measures (those with a knee).
-    assert "meta-llama/Llama-3.1-8B-Instruct 5 min" in lag["description"] and "tiny-llama" not in lag["description"]
+    assert "`meta-llama/Llama-3.1-8B-Instruct` 5 min" in lag["description"] and "tiny-llama" not in lag["description"]
 
 
 def test_no_scale_up_panels_without_a_workload_with_a_knee(example):

@@ -4,18 +4,19 @@ back from each file exactly as written: in the YAML, and in the PromQL selectors
 
 import dataclasses
 import json
+import re
 
 import pytest
 import yaml
 
 from exporter.config import AutoscalingConfig, Config, ConfigError, ScaledWorkload
-from exporter.generate import autoscaling, rules
+from exporter.generate import autoscaling, dashboards, rules
 from exporter.generate.command import artifacts
 from tests.generate.conftest import promtool_rule_tests
 
 # Valid, and hostile to every syntax it passes through: YAML (": ", "#", "&", "*", "[", "'"), PromQL strings (a quote
-# and a backslash), Go templates ("{{"), and not ASCII.
-HOSTILE_MODEL = 'acme/"Llama" {{3.1}} \\ it\'s #1: [ünïcødé 模型] & *ref'
+# and a backslash) and the parentheses around them (an unbalanced ")"), Go templates ("{{"), and not ASCII.
+HOSTILE_MODEL = 'acme/"Llama" {{3.1}} \\ it\'s #1: [ünïcødé 模型] & *ref :-)'
 
 
 def _config(model: str) -> Config:
@@ -93,6 +94,22 @@ def test_the_hostile_model_name_reaches_each_scaler_query_as_one_promql_string(p
         ],
     }
     promtool_rule_tests(prometheus_tools["promtool"], tmp_path, unit)
+
+
+# Grafana's own pattern for a variable reference ($name, [[name:format]], ${name.path:format}), as its template
+# service matches it (public/app/features/variables/utils.ts).
+GRAFANA_VARIABLE = re.compile(r"\$(\w+)|\[\[([\s\S]+?)(?::(\w+))?\]\]|\$\{(\w+)(?:\.([^:^\}]+))?(?::([^\}]+))?\}")
+
+
+def test_a_model_named_like_a_grafana_variable_or_markdown_is_shown_as_written_in_every_title_and_description():
+    texts = []
+    for item in dashboards.artifacts(_config("acme/$model-${target}-[[node]]`*x*")):
+        dashboard = json.loads(item.text)
+        panels = [*dashboard["panels"], *(inner for panel in dashboard["panels"] for inner in panel.get("panels", []))]
+        texts += [text for panel in [dashboard, *panels] for text in (panel["title"], panel.get("description") or "")]
+    assert not [text for text in texts if GRAFANA_VARIABLE.search(text)]
+    # In a code span, fenced by more backticks than it holds, so Grafana's Markdown shows it as written.
+    assert any("``acme/\uff04model-\uff04{target}-\uff3b[node]]`*x*`` 5 min" in text for text in texts)
 
 
 NOT_LABEL_VALUES = {

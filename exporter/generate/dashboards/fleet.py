@@ -33,6 +33,7 @@ from exporter.generate.dashboards.panels import (
     place,
     query,
     seconds_text,
+    shown_in_grafana,
     stat,
     steps,
     timeseries,
@@ -107,8 +108,8 @@ def _status_row(config: Config) -> list[Cell]:
             stat(
                 "Daemons reporting",
                 "Plimsoll daemons Prometheus scrapes successfully (up == 1 on the jobs matching "
-                f"{config.alerting.exporter_job}, which PlimsollExporterAbsent watches; one per node as a DaemonSet). "
-                "A node missing here is a node whose headroom nobody sees.",
+                f"{shown_in_grafana(config.alerting.exporter_job)}, which PlimsollExporterAbsent watches; one per node "
+                "as a DaemonSet). A node missing here is a node whose headroom nobody sees.",
                 f'count(up{{job=~"{config.alerting.exporter_job}", {NODE}}} == 1) or vector(0)',
                 "short",
                 steps(("red", None), ("green", 1)),
@@ -357,7 +358,9 @@ def _scale_up_panels(config: Config) -> list[Cell]:
         return []
     buckets = f"sum by (le, model) (increase(plimsoll_scale_up_lag_seconds_bucket{{{NODE}, {MODEL}}}[$__range]))"
     startups = ", ".join(
-        f"{w.model} {seconds_text(w.startup_seconds)}" for w in autoscaling.workloads if w.knee_concurrency is not None
+        f"{shown_in_grafana(w.model)} {seconds_text(w.startup_seconds)}"
+        for w in autoscaling.workloads
+        if w.knee_concurrency is not None
     )
     source = (
         "A DaemonSet's daemon sees its own node's replicas only: the fleet's lag comes from the one daemon that "

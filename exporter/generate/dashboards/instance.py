@@ -246,8 +246,9 @@ def _requests_row() -> list[Cell]:
         (
             timeseries(
                 "Target polls: failures per second by reason",
-                "Why the daemon could not read a target: timeout, refused, http_status, too_large, not_metrics, "
-                "unknown_engine, error. A target with failures shows stale or no headroom.",
+                "Why the daemon could not read a target: timeout, refused, http_status, redirect, too_large, "
+                "not_metrics, unknown_engine, too_many_series, too_many_instances, invalid_target, error. A target "
+                "with failures shows stale or no headroom.",
                 [
                     (
                         f"sum by (instance, target, reason) "

@@ -5,6 +5,7 @@ Every threshold helper here reads the value its alert reads (`rules` derives the
 sits exactly where its alert fires.
 """
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -42,6 +43,11 @@ NEVER = g.StatValueMappings(
     g.StatValueMappingItem("never", "Infinity", "green", 1),
 )
 
+# Where Grafana's variable syntax starts ($name, ${name}, [[name]]): it expands these in titles, descriptions and
+# queries, and has no escape for them.
+_GRAFANA_VARIABLE = re.compile(r"\$(?=[\w{])|\[(?=\[)")
+_LOOK_ALIKE = {"$": "\uff04", "[": "\uff3b"}  # FULLWIDTH DOLLAR SIGN, FULLWIDTH LEFT SQUARE BRACKET
+
 # A panel with its width and height on Grafana's 24-column grid, as `place` lays it out.
 Cell = tuple[g.Panel, int, int]
 
@@ -74,6 +80,16 @@ def seconds_text(seconds: float) -> str:
 
 def percent_text(ratio: float) -> str:
     return f"{ratio * 100:g}%"
+
+
+def shown_in_grafana(text: str) -> str:
+    """Text from the config (a model name, the exporter's job regex) for a panel description, which Grafana renders
+    as Markdown after expanding variables in it: a code span, so that Markdown leaves it as written (".*plimsoll.*"
+    would lose its stars to italics), with the "$" or "[" that would start a variable as its full-width look-alike."""
+    literal = _GRAFANA_VARIABLE.sub(lambda match: _LOOK_ALIKE[match.group()], text)
+    fence = "`" * (max(map(len, re.findall("`+", literal)), default=0) + 1)  # longer than any run of ` in the text
+    pad = " " if literal.startswith("`") or literal.endswith("`") else ""
+    return f"{fence}{pad}{literal}{pad}{fence}"
 
 
 def query(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False, table: bool = False) -> PromTarget:
