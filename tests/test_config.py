@@ -7,6 +7,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.cli import main
 from exporter.config import (
     DEFAULT_PORT,
     AutoscalingConfig,
@@ -420,8 +421,10 @@ def test_file_sd_a_name_twice_in_one_file_is_refused():
         parse_target_file(text, "sd.json")
 
 
-# Values that have broken converters before: infinities, NaN, numbers past any int, number-like text.
-_AWKWARD = st.sampled_from([float("inf"), float("-inf"), float("nan"), 10**30, -1, 0, "inf", "nan", "5", "0.5s", ""])
+# Values that have broken converters before: infinities, NaN, numbers past any int or float, number-like text.
+_AWKWARD = st.sampled_from(
+    [float("inf"), float("-inf"), float("nan"), 10**30, 10**400, -1, 0, "inf", "nan", "5", "0.5s", ""]
+)
 _ANY_VALUE = st.recursive(
     _AWKWARD | st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
@@ -786,3 +789,168 @@ def test_a_response_cap_too_small_for_any_metrics_page_is_refused(size):
     (problem,) = check_config(f"max_response_size: {size}\n", "c.yaml", environ={}).problems
     assert problem.startswith(f"c.yaml: max_response_size: {size} is too small: a vLLM /metrics page"), problem
     assert parse_config("max_response_size: 64KiB\n", "c.yaml", environ={}).max_response_bytes == 64 * 1024
+
+
+def test_a_response_cap_past_any_real_page_is_refused_as_a_typo():
+    """The daemon buffers each page whole: 64GiB for 64MiB would let one scrape take gigabytes."""
+    (problem,) = check_config("max_response_size: 64GiB\n", "c.yaml", environ={}).problems
+    assert problem.startswith("c.yaml: max_response_size: '64GiB' is too large: "), problem
+    assert "use at most 64MiB" in problem
+    assert parse_config("max_response_size: 64MiB\n", "c.yaml", environ={}).max_response_bytes == 64 * 1024**2
+
+
+SECRET = "hunter2-Sup3r-s3cret-t0ken"
+
+
+def test_a_value_from_the_environment_is_named_by_its_variable_never_quoted(tmp_path):
+    """A variable often holds a secret: put in the wrong field, it must not be printed in the error."""
+    environ = {"TOKEN": SECRET, "LONG": SECRET * 10, "TAB": f"{SECRET}\tx", "QUOTES": f'it\'s {SECRET} "q"'}
+    document = """
+timeout: ${TOKEN}
+nvml: ${LONG}
+listen: ${QUOTES}
+targets:
+  - {name: '${TOKEN}', url: 'http://h:1/${TOKEN} x', bearer_token_file: '${TOKEN}', model: '${TAB}'}
+  - {name: '${TOKEN}', url: 'http://h:2/metrics'}
+pricing: {gpu_hour: {H100: '${TOKEN}'}}
+"""
+    problems = check_config(document, str(tmp_path / "c.yaml"), environ=environ).problems
+    assert not [problem for problem in problems if "s3cret" in problem], problems
+    said = {problem.split(": ")[1]: problem.split(": ", 2)[2] for problem in problems}
+    assert said.pop("targets[0].model").startswith("the value of ${TAB} is not a usable label value")
+    assert said == {
+        "timeout": "the value of ${TOKEN} is not a duration (expected e.g. 500ms, 5s, 15m, 1h30m)",
+        "nvml": "expected true or false (or on/off, yes/no), got '${LONG}...'",
+        "listen": "the value of ${QUOTES} is not host:port (e.g. 0.0.0.0:19842)",
+        "targets[0].url": "'http://h:1/${TOKEN} x' is not a URL: it holds a space or a control character (write a "
+        "space as %20)",
+        "targets[0].bearer_token_file": f"cannot read {tmp_path}/${{TOKEN}}: No such file or directory",
+        "targets[1].name": "the value of ${TOKEN} is used by another target (names label every series: keep them "
+        "unique)",
+        "pricing.gpu_hour": "H100: the value of ${TOKEN} is not a price per GPU-hour",
+    }
+
+
+def test_a_value_too_short_to_be_a_secret_is_hidden_where_quoted_whole_not_in_the_words_of_the_message():
+    (problem,) = check_config("targets: [{url: '${U}'}]\n", "c.yaml", environ={"U": "a"}).problems
+    assert problem == "c.yaml: targets[0].url: the value of ${U} is not a URL (expected http://host:port/path)"
+
+
+def test_a_variable_is_hidden_only_in_the_problems_of_its_own_field_or_list_entry():
+    document = "targets: [{url: 'http://h:1/metrics', engine: '${ENGINE}'}, {url: 'http://h:2/metrics', engine: vlm}]"
+    problems = check_config(document, "c.yaml", environ={"ENGINE": "vllm-x"}).problems
+    assert [problem.split(" is not one of")[0] for problem in problems] == [
+        "c.yaml: targets[0].engine: the value of ${ENGINE}",
+        "c.yaml: targets[1].engine: 'vlm'",
+    ]
+    assert ", vllm, " in problems[1]
+
+
+_PLACES = (
+    "listen: '{v}'",
+    "timeout: '{v}'",
+    "max_response_size: '{v}'",
+    "web_config: '{v}'",
+    "nvml: '{v}'",
+    "targets: [{{url: '{v}', bearer_token_file: '{v}'}}]",
+    "targets: [{{url: 'http://h:1/m', name: '{v}', model: '{v}', gpus: '{v}', deployment: {{dtype: ['{v}']}}}}]",
+    "pricing: {{gpu_hour: {{H100: '{v}'}}}}",
+    "autoscaling: {{workloads: [{{model: m, name: '{v}', namespace: '{v}', max_replicas: '{v}'}}]}}",
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=4, max_size=100), st.sampled_from(_PLACES), st.sampled_from(["${V}", "x${V}", "http://${V}/m"]))
+def test_a_value_from_the_environment_never_reaches_a_problem_whatever_it_holds_and_wherever_it_goes(
+    value, place, written
+):
+    forms = {form for form in (value, value.strip(), repr(value)[1:-1]) if len(form) >= 4}
+    for problem in check_config(place.format(v=written), "c.yaml", environ={"V": value}).problems:
+        assert not [form for form in forms if form in problem.split(": ", 2)[2]], problem
+
+
+def test_a_duration_no_rule_could_say_is_refused_naming_its_field():
+    """Prometheus durations count whole milliseconds: `generate` failed on 0.1ms without naming the field, and YAML's
+    .nan read as "nan has no unit: write nans"."""
+    document = "slo_period: 0.4ms\nslos: {ttft: {threshold: 0.1ms}}\ntimeout: .nan\n"
+    assert [problem.split(": ", 2)[1:] for problem in check_config(document, "c.yaml", environ={}).problems] == [
+        ["timeout", "nan is not a duration (expected e.g. 500ms, 5s, 15m, 1h30m)"],
+        ["slos.ttft.threshold", "'0.1ms' is shorter than a millisecond, the shortest duration a rule can say"],
+        ["slo_period", "'0.4ms' is shorter than a millisecond, the shortest duration a rule can say"],
+    ]
+    assert parse_config("timeout: 1ms\n", "c.yaml", environ={}).timeout_seconds == 0.001
+
+
+@pytest.mark.parametrize("username", ["ops:admin", "ops\rx"])
+def test_a_basic_auth_user_name_the_server_would_split_or_that_is_not_one_line_is_refused(tmp_path, username):
+    """Basic auth is base64("user:password"): a ':' in the name moves the split, so the server sees another user."""
+    (tmp_path / "password").write_text("pw\n")
+    target = {"url": "http://a:1/metrics", "basic_auth": {"username": username, "password_file": "password"}}
+    (problem,) = check_config(yaml.safe_dump({"targets": [target]}), str(tmp_path / "c.yaml"), environ={}).problems
+    assert problem.split(": ", 2)[1] == "targets[0].basic_auth.username", problem
+    assert problem.endswith("is not a user name (one line of text, without ':')"), problem
+
+
+def test_a_file_path_with_a_control_character_or_past_any_real_length_is_named_on_one_short_line():
+    """NUL gave os.stat's bare "embedded null byte"; a megabyte of path was repeated whole in the message."""
+    document = yaml.safe_dump(
+        {"web_config": "a\x00b", "targets": [{"url": "http://a:1/m", "bearer_token_file": "x" * 10**6}]}
+    )
+    problems = check_config(document, "c.yaml", environ={}).problems
+    assert (
+        problems[0] == "c.yaml: web_config: 'a\\x00b' is not the path of the web config: it holds a control character"
+    )
+    assert problems[1] == f"c.yaml: targets[0].bearer_token_file: cannot read {'x' * 200}...: File name too long"
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["max_response_size", "max_series_per_target", "saturation.queue", "saturation.kv_usage", "pricing.gpu_hour.H100"],
+)
+def test_an_integer_past_any_float_is_a_problem_not_a_traceback(field):
+    """YAML reads 1 followed by 400 zeros as an int, and float() of it raised OverflowError, a traceback."""
+    *parents, key = field.split(".")
+    document: dict = {key: 10**400}
+    for parent in reversed(parents):
+        document = {parent: document}
+    (problem,) = check_config(yaml.safe_dump(document), "c.yaml", environ={}).problems
+    path = field if not field.startswith("pricing") else "pricing.gpu_hour"
+    assert problem.startswith(f"c.yaml: {path}: ") and f"{'0' * 70}..." in problem and len(problem) < 200, problem
+
+
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        ('discovery: {files: ""}', "discovery.files"),
+        ('discovery: {files: [""]}', "discovery.files"),
+        ('discovery: {files: ["a\\nb"]}', "discovery.files"),
+        ("discovery: {kubernetes: {namespaces: false}}", "discovery.kubernetes.namespaces"),
+        ('discovery: {kubernetes: {namespaces: [inference, "a/b?x"]}}', "discovery.kubernetes.namespaces"),
+        ('discovery: {kubernetes: {namespaces: ["inference\\n"]}}', "discovery.kubernetes.namespaces"),
+        (
+            'autoscaling: {workloads: [{model: m, name: n, namespace: "ns\\n", max_replicas: 1}]}',
+            "autoscaling.workloads[0].namespace",
+        ),
+        (
+            'autoscaling: {workloads: [{model: m, name: "n\\n", namespace: ns, max_replicas: 1}]}',
+            "autoscaling.workloads[0].name",
+        ),
+        ('alerting: {rule_labels: {release: "x\\n"}}', "alerting.rule_labels"),
+    ],
+)
+def test_a_file_or_kubernetes_name_that_is_empty_not_a_list_or_ends_in_a_line_break_is_refused(document, field):
+    """An empty text or a false read as no list at all ("every namespace"); a namespace goes into the API's path; and
+    a regex's "$" let a trailing line break through into a manifest."""
+    (problem,) = check_config(document, "c.yaml", environ={}).problems
+    assert problem.startswith(f"c.yaml: {field}: "), problem
+
+
+def test_check_config_names_the_variable_in_what_the_capacity_model_finds_too(tmp_path, monkeypatch, capsys):
+    """check-config adds the capacity model's problems (an unknown model or GPU) after the file's: a secret put in
+    gpu_type by mistake must not be printed there either."""
+    config = tmp_path / "c.yaml"
+    config.write_text("targets: [{url: 'http://127.0.0.1:1/metrics', model: llama-3.1-8b, gpu_type: '${TOKEN}'}]\n")
+    monkeypatch.setenv("TOKEN", SECRET)
+    assert main(["check-config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}: targets[0].gpu_type: unknown GPU the value of ${{TOKEN}}." in err and "s3cret" not in err, err

@@ -12,7 +12,7 @@ May import core/, capacity/, catalog.py and files.py; never sources/, daemon/ or
 
 from exporter.config.autoscaling import check_model_labels
 from exporter.config.discovery import SCAN_PORTS, engine_problem, parse_target_file, scan_targets
-from exporter.config.document import check_config, check_config_file, load_config, parse_config
+from exporter.config.document import check_config, check_config_file, field_problems, load_config, parse_config
 from exporter.config.loading import load_yaml, load_yaml_documents, read_config_text
 from exporter.config.model import (
     DEFAULT_LISTEN,
@@ -59,6 +59,7 @@ __all__ = [
     "check_config_file",
     "check_model_labels",
     "engine_problem",
+    "field_problems",
     "label_value",
     "load_config",
     "load_yaml",

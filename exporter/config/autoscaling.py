@@ -9,6 +9,7 @@ from exporter.config.model import AutoscalingConfig, ConfigError, ScaledWorkload
 from exporter.config.pricing import validate_gpu_type
 from exporter.config.reader import Reader
 from exporter.config.validators import (
+    KUBERNETES_NAMESPACE,
     label_value,
     one_of,
     positive_int_at_most,
@@ -33,9 +34,8 @@ _WORKLOAD_FIELDS = (
     "gpus_per_replica",
 )
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
-# A Kubernetes object name (DNS-1123 subdomain) and namespace (DNS-1123 label).
+# A Kubernetes object name (DNS-1123 subdomain).
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _MODEL_LABEL = label_value("the model label its engine series carry, such as meta-llama/Llama-3.1-8B-Instruct")
 # The generated HPA's and ScaledObject's replica counts are int32 in the Kubernetes API: past that, it refuses them.
 _REPLICAS = positive_int_at_most(2**31 - 1)
@@ -59,7 +59,7 @@ def check_model_labels(section: AutoscalingConfig) -> None:
 def _kubernetes_name(pattern: re.Pattern[str], what: str) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         text = text_value(what)(value)
-        if not pattern.match(text):
+        if not pattern.fullmatch(text):  # match() would let "$" take a trailing line break
             raise ValueError(f"{shown(text)} is not {what} (lowercase letters, digits and '-')")
         return text
 
@@ -75,7 +75,7 @@ def _workload(r: Reader, raw: Any, path: str) -> ScaledWorkload | None:
             r.fail(f"{p}{key}", "missing (every workload needs model, name, namespace and max_replicas)")
     model = r.convert(data, "model", p, _MODEL_LABEL, None)
     name = r.convert(data, "name", p, _kubernetes_name(_OBJECT_NAME, "a Kubernetes object name"), None)
-    namespace = r.convert(data, "namespace", p, _kubernetes_name(_NAMESPACE, "a Kubernetes namespace"), None)
+    namespace = r.convert(data, "namespace", p, _kubernetes_name(KUBERNETES_NAMESPACE, "a Kubernetes namespace"), None)
     # At least 1: an HPA cannot scale to zero (without a feature gate), and an LLM replica takes minutes to start.
     min_replicas = r.convert(data, "min_replicas", p, _REPLICAS, 1)
     max_replicas = r.convert(data, "max_replicas", p, _REPLICAS, None)

@@ -9,6 +9,7 @@ from exporter.config.loading import load_yaml
 from exporter.config.model import ENGINE_NAMES, ConfigError, KubernetesDiscovery, Target
 from exporter.config.reader import Reader
 from exporter.config.validators import (
+    KUBERNETES_NAMESPACE,
     label_value,
     one_of,
     shown,
@@ -53,6 +54,12 @@ def parse_kubernetes(r: Reader, raw: Any, environ: Mapping[str, str]) -> Kuberne
             "cluster (e.g. app.kubernetes.io/component=vllm)",
         )
     namespaces = r.strings(data, "namespaces", p, "a list of namespace names (empty or absent: all namespaces)")
+    for namespace in namespaces:  # each is written into the API's path, /api/v1/namespaces/<it>/pods
+        if not KUBERNETES_NAMESPACE.fullmatch(namespace):
+            r.fail(
+                f"{p}namespaces",
+                f"{shown(namespace)} is not a Kubernetes namespace (lowercase letters, digits and '-')",
+            )
     settings = KubernetesDiscovery(
         node=node,
         namespaces=tuple(namespaces),

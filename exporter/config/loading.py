@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from exporter.config.model import ConfigError
+from exporter.config.model import ConfigError, Expansion
 from exporter.config.validators import shown, shown_key
 from exporter.files import read_regular_file
 
@@ -25,33 +25,52 @@ T = TypeVar("T")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def _expand_text(text: str, environ: Mapping[str, str], problems: list[str], where: str) -> str:
+def _expand_text(
+    text: str, environ: Mapping[str, str], problems: list[str], where: str, path: str, expansions: list[Expansion]
+) -> str:
     def substitute(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         if name in environ:
+            expansions.append(Expansion(path, name, environ[name]))
             return environ[name]
         if default is not None:
             return default
         name = shown_key(name)  # ${AAA...} a megabyte long is not repeated twice
-        problems.append(f"{where}: environment variable {name} is not set (use ${{{name}:-default}} for a default)")
+        field = f"{where}: {path}" if path else where
+        problems.append(f"{field}: environment variable {name} is not set (use ${{{name}:-default}} for a default)")
         return ""
 
     return _ENV.sub(substitute, text)
 
 
-def expand_env(value: Any, environ: Mapping[str, str], problems: list[str], where: str, path: str = "") -> Any:
-    """${NAME} and ${NAME:-default} in the string values of a parsed document; an unset variable without a default
-    is an error, not an empty string. Expanding after parsing keeps a value a value: one holding a newline, `: ` or
-    `#` cannot add keys or cut the document short, and a ${NAME} in a comment is only a comment. Keys are left as
-    written. The walk is bounded: load_yaml has refused aliases that expand without bound or into themselves."""
+def _expand(
+    value: Any, environ: Mapping[str, str], problems: list[str], where: str, path: str, expansions: list[Expansion]
+) -> Any:
     if isinstance(value, str):
-        return _expand_text(value, environ, problems, f"{where}: {path}" if path else where)
+        return _expand_text(value, environ, problems, where, path, expansions)
     if isinstance(value, dict):
         prefix = f"{path}." if path else ""
-        return {key: expand_env(item, environ, problems, where, prefix + shown_key(key)) for key, item in value.items()}
+        return {
+            key: _expand(item, environ, problems, where, prefix + shown_key(key), expansions)
+            for key, item in value.items()
+        }
     if isinstance(value, list):
-        return [expand_env(item, environ, problems, where, f"{path}[{index}]") for index, item in enumerate(value)]
+        return [
+            _expand(item, environ, problems, where, f"{path}[{index}]", expansions) for index, item in enumerate(value)
+        ]
     return value
+
+
+def expand_env(
+    value: Any, environ: Mapping[str, str], problems: list[str], where: str
+) -> tuple[Any, tuple[Expansion, ...]]:
+    """${NAME} and ${NAME:-default} in the string values of a parsed document, and each value taken from the
+    environment with the field it went into; an unset variable without a default is an error, not an empty string.
+    Expanding after parsing keeps a value a value: one holding a newline, `: ` or `#` cannot add keys or cut the
+    document short, and a ${NAME} in a comment is only a comment. Keys are left as written. The walk is bounded:
+    load_yaml has refused aliases that expand without bound or into themselves."""
+    expansions: list[Expansion] = []
+    return _expand(value, environ, problems, where, "", expansions), tuple(expansions)
 
 
 def _yaml_problem(error: yaml.YAMLError) -> str:

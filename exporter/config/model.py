@@ -19,6 +19,16 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class Expansion:
+    """The value of the variable `name`, written by ${NAME} into the field at `path`. A variable often holds a
+    secret: a problem names the variable and never quotes its value (config/reader.py)."""
+
+    path: str
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
 class BasicAuth:
     """HTTP basic auth for a target; the password is read from a file at each poll, so it can rotate."""
 
@@ -143,6 +153,8 @@ class Config:
     gpu_hour_prices: tuple[tuple[str, float], ...] = ()
     nvml: bool = True
     source: str = "<defaults>"
+    # What each ${NAME} put where, so a problem found after loading (check-config's capacity model) hides it too.
+    expansions: tuple[Expansion, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def host(self) -> str:

@@ -76,6 +76,14 @@ def _gpus(value: Any) -> tuple[str, ...] | None:
     raise ValueError(f"{shown(value)} is not 'auto', a GPU index or UUID, or a list of them")
 
 
+def _username(value: Any) -> str:
+    """A basic-auth user name: the server splits user and password at the first ":", so a name cannot hold one."""
+    text = text_value("a user name")(value)
+    if ":" in text or not text.isprintable():
+        raise ValueError(f"{shown(text)} is not a user name (one line of text, without ':')")
+    return text
+
+
 def _basic_auth(r: Reader, raw: Any, path: str, base: Path) -> BasicAuth | None:
     if raw is None:
         return None
@@ -88,7 +96,7 @@ def _basic_auth(r: Reader, raw: Any, path: str, base: Path) -> BasicAuth | None:
         )
     r.unknown({k: v for k, v in data.items() if k != "password"}, path, ("username", "password_file"))
     p = f"{path}."
-    username = r.convert(data, "username", p, text_value("a user name"), None)
+    username = r.convert(data, "username", p, _username, None)
     password_file = r.convert(data, "password_file", p, readable_file(base, "the password file"), None)
     for key in ("username", "password_file"):
         if data.get(key) is None:

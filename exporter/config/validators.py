@@ -3,6 +3,7 @@ saying what was expected (the Reader adds the file and the field path)."""
 
 import math
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from exporter.core.units import parse_duration, value_kind
 
 _SHOWN_CHARS = 80  # of a bad value quoted in a message: a 1 MiB label value is not repeated whole
 _SHOWN_KEY_CHARS = 40  # of a key named in a field path, which a message may repeat more than once
+_SHOWN_PATH_CHARS = 200  # of a file's path: past any real one, and a mistyped value can be a megabyte
 _MAX_LABEL_VALUE_CHARS = 256
 _LABEL_VALUE_RULE = (
     f"a label value is printable text of 1 to {_MAX_LABEL_VALUE_CHARS} characters, without line breaks, tabs or other "
@@ -35,9 +37,11 @@ def redact_url(url: str) -> str:
 
 
 def shown(value: Any) -> str:
-    """A bad value as a message quotes it: repr, cut short."""
+    """A bad value as a message quotes it: repr, cut short (text keeps its closing quote)."""
     text = repr(value)
-    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}...'"
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    return f"{text[:_SHOWN_CHARS]}...{text[-1] if isinstance(value, str) else ''}"
 
 
 def shown_key(key: Any) -> str:
@@ -52,7 +56,7 @@ def validate_number(value: Any, what: str) -> float:
         raise ValueError(f"expected {what}, got {value_kind(value)}")
     try:
         number = float(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an integer of hundreds of digits, which YAML reads whole
         raise ValueError(f"{shown(value)} is not {what}") from None
     if not math.isfinite(number):
         raise ValueError(f"{shown(value)} is not {what}")
@@ -106,13 +110,19 @@ def positive_int_at_most(most: int) -> Callable[[Any], int]:
 # Past any period, interval or timeout Plimsoll takes, and within what a sleep can wait (time.sleep overflows at
 # about 292 years, aborting the command with a traceback).
 MAX_DURATION_SECONDS = 366 * 86400.0
+# Prometheus durations count whole milliseconds: the generated rules could not say a shorter period or threshold.
+MIN_DURATION_SECONDS = 0.001
 
 
 def validate_duration(value: Any) -> float:
-    """A duration longer than zero and at most a year, with its unit (5s, 500ms, 1h30m)."""
+    """A duration from a millisecond to a year, with its unit (5s, 500ms, 1h30m)."""
+    if isinstance(value, float) and not math.isfinite(value):  # YAML's .nan and .inf: no number of seconds
+        raise ValueError(f"{shown(value)} is not a duration (expected e.g. 500ms, 5s, 15m, 1h30m)")
     seconds = parse_duration(value)
     if seconds <= 0:
         raise ValueError(f"{shown(value)} must be longer than zero")
+    if seconds < MIN_DURATION_SECONDS:
+        raise ValueError(f"{shown(value)} is shorter than a millisecond, the shortest duration a rule can say")
     if seconds > MAX_DURATION_SECONDS:
         raise ValueError(f"{shown(value)} is out of range: Plimsoll accepts durations up to 366d")
     return seconds
@@ -154,6 +164,9 @@ def label_value(what: str) -> Callable[[Any], str]:
 
     return check
 
+
+# A Kubernetes namespace (a DNS-1123 label), as the API takes it: it is written into API paths and manifests.
+KUBERNETES_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 # What a host may hold: a DNS name, an IPv4 address, or an IPv6 one (the brackets already taken off, a zone after
 # %). A target without a name is named by its host:port, which must then be a usable label value.
@@ -210,15 +223,19 @@ def readable_file(base: Path, what: str) -> Callable[[Any], str]:
     poll. Only the path is ever shown: the file holds a secret."""
 
     def check(value: Any) -> str:
-        path = base / text_value(f"the path of {what}")(value)
+        text = text_value(f"the path of {what}")(value)
+        if not text.isprintable():  # NUL is os.stat's ValueError; a line break would split the message
+            raise ValueError(f"{shown(text)} is not the path of {what}: it holds a control character")
+        path = base / text
+        named = str(path) if len(str(path)) <= _SHOWN_PATH_CHARS else f"{str(path)[:_SHOWN_PATH_CHARS]}..."
         try:
             mode = os.stat(path).st_mode
         except OSError as error:
-            raise ValueError(f"cannot read {path}: {error.strerror}") from None
+            raise ValueError(f"cannot read {named}: {error.strerror}") from None
         if not stat.S_ISREG(mode):
-            raise ValueError(f"{path} is not a regular file")
+            raise ValueError(f"{named} is not a regular file")
         if not os.access(path, os.R_OK):
-            raise ValueError(f"{path} is not readable by this user")
+            raise ValueError(f"{named} is not readable by this user")
         return str(path)
 
     return check

@@ -60,7 +60,7 @@ def value_kind(value: object) -> str:
 def _quoted(text: object) -> str:
     """A bad value as a message quotes it, cut short: a megabyte of text is not repeated whole."""
     shown = repr(text)
-    return shown if len(shown) <= 80 else f"{shown[:80]}...'"
+    return shown if len(shown) <= 80 else f"{shown[:80]}...{shown[-1] if isinstance(text, str) else ''}"
 
 
 def parse_size(text: object) -> int:
@@ -68,7 +68,10 @@ def parse_size(text: object) -> int:
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ValueError(f"expected a size such as 80GiB, got {value_kind(text)}")
     if isinstance(text, int | float):
-        value, unit = float(text), ""
+        try:
+            value, unit = float(text), ""
+        except OverflowError:  # an integer of hundreds of digits, which YAML reads whole
+            raise ValueError(f"{_quoted(text)} is too large a size") from None
     else:
         match = _SIZE.match(text)
         if match is None:

@@ -17,6 +17,7 @@ from exporter.config import (
     ConfigReport,
     Target,
     check_config_file,
+    field_problems,
     readable_file,
     validate_boolean,
     validate_duration,
@@ -120,11 +121,14 @@ def run_config(args: argparse.Namespace) -> Config:
 
 def _model_problems(config: Config) -> list[str]:
     """What the capacity model says about each target of the file: what `plimsoll plan` would refuse."""
-    return [
-        f"{config.source}: targets[{i}].{field_name}: {message}"
-        for i, target in enumerate(config.targets)
-        for field_name, message in model_problems(target)
-    ]
+    return field_problems(
+        config,
+        (
+            (f"targets[{i}].{field_name}", message)
+            for i, target in enumerate(config.targets)
+            for field_name, message in model_problems(target)
+        ),
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
