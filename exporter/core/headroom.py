@@ -51,7 +51,7 @@ def quantile(histogram: CumulativeHistogram, q: float) -> float | None:
 
 
 def _mean(histogram: CumulativeHistogram | None) -> float | None:
-    if histogram is None or histogram.count <= 0:
+    if histogram is None or histogram.count <= 0 or math.isnan(histogram.sum):  # NaN: the page gave no _sum
         return None
     return histogram.sum / histogram.count
 
@@ -63,7 +63,8 @@ def _add(a: float | None, b: float | None) -> float | None:
 def _fit(headroom_tokens: float | None, footprint: float | None) -> float | None:
     if headroom_tokens is None or not footprint:
         return None
-    return float(math.floor(headroom_tokens / footprint))
+    fit = headroom_tokens / footprint  # +Inf where the footprint is a denormal fraction of a token
+    return float(math.floor(fit)) if math.isfinite(fit) else None
 
 
 def headroom(

@@ -10,7 +10,6 @@ modules.
 
 import asyncio
 import glob
-import json
 import logging
 import math
 import os
@@ -506,11 +505,7 @@ class Daemon:
         url = urlsplit(target.url)
         slots_url = urlunsplit((url.scheme, url.netloc, "/slots", "", ""))
         fetched = await fetch(session, slots_url, timeout, 1 << 20, headers)
-        try:
-            slots = json.loads(fetched.text) if fetched.text is not None else None
-        except ValueError:
-            return None
-        return capacity_from_slots(slots) if isinstance(slots, list) else None
+        return capacity_from_slots(fetched.text) if fetched.text is not None else None
 
     def _failed(self, target: Target, failure: str, detail: str | None, seconds: float) -> TargetState:
         memory = self._memory.get(target.name, TargetMemory())

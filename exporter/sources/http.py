@@ -91,7 +91,7 @@ async def fetch(
                     if response.status != 200:
                         return done(None, "http_status", f"HTTP {response.status}")
                     content_type = response.headers.get("Content-Type", "")
-                    if "html" in content_type:
+                    if "html" in content_type.lower():  # media types are case-insensitive
                         return done(None, "not_metrics", f"answered {content_type.split(';')[0]}, not a metrics page")
                     body = bytearray()
                     async for chunk in response.content.iter_chunked(65536):
@@ -129,6 +129,10 @@ def credential_headers(target: Target) -> dict[str, str]:
     Prometheus does) so a rotated secret is picked up without a reload."""
     if target.basic_auth is not None:
         password = _read_secret(target.basic_auth.password_file, "basic_auth.password_file")
+        if not password:  # as with a token: a file truncated mid-rotation, or never filled
+            raise CredentialsError(
+                f"basic_auth.password_file {target.basic_auth.password_file}: empty (no password to send)"
+            )
         pair = f"{target.basic_auth.username}:{password}".encode()
         return {"Authorization": f"Basic {base64.b64encode(pair).decode('ascii')}"}
     if target.bearer_token_file is not None:

@@ -77,7 +77,9 @@ def _port(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> int | str |
     """The annotated port, or an engine's usual port among the containers'; a bad annotation is returned as is."""
     annotated = _annotation(annotations, "port")
     if annotated is not None:
-        return int(annotated) if annotated.isdigit() and 0 < int(annotated) < 65536 else annotated
+        # int() refuses some of what isdigit() holds ("²"), and a ValueError here would fail the whole list.
+        digits = annotated.isascii() and annotated.isdigit()
+        return int(annotated) if digits and 0 < int(annotated) < 65536 else annotated
     for container in pod.get("spec", {}).get("containers", []):
         for port in container.get("ports", []):
             if port.get("containerPort") in SCAN_PORTS and port.get("protocol", "TCP") == "TCP":

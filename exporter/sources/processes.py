@@ -202,11 +202,6 @@ def _walk(pid: int, stat: Callable[[int], tuple[int, int] | None]) -> Iterator[i
         pid = read[0]
 
 
-def ancestors(pid: int, proc_root: Path = PROC) -> tuple[int, ...]:
-    """The parent chain of `pid`, nearest first, from /proc/<pid>/stat; () when `pid` is gone or unreadable."""
-    return tuple(_walk(pid, lambda p: _read_stat(p, proc_root)))[1:]
-
-
 def attribute_processes(
     gpu_pids: Iterable[int],
     listeners: Mapping[str, Collection[int]],

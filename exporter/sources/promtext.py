@@ -4,8 +4,12 @@ Engines' /metrics pages are mostly noise for Plimsoll (python_*, process_*, http
 for), so `parse` takes a `keep(sample_name)` filter and looks at a line's labels only when the name is kept.
 A bad line never stops the page: it is counted in `skipped_lines` and the next line is read. Timestamps and
 exemplars after the value are ignored; `# HELP` and other comments are skipped; `# EOF` ends the page.
-What one page may cost is bounded by `max_series`: past that many kept samples the parse stops and raises
-`TooManySeries`, so a hostile page costs one split of its text and no more than `max_series` samples of work.
+What one page may cost is bounded. Past `max_series` kept samples the parse stops and raises `TooManySeries`, and
+past `LABELS_PER_SAMPLE` labels a sample among them `TooManyLabels` (counted before a line's labels are split: one
+line can hold a page of them). The text is split a block at a time, and at most `MAX_NAMES` distinct names are
+remembered (declared types, keep verdicts): split whole, a page of short lines held 15 times its size (120 MiB for
+8 MiB, past the DaemonSet's 128 MiB). So a hostile page costs one pass over its text, no more than `max_series`
+samples of work, and a few MiB beyond its text and the samples kept.
 
 prometheus_client's own parser takes about 12 times as long on a vLLM page as this one filtered for the engine
 adapters (5 times unfiltered; bench/parse_bench.py), renames counters written without `_total`, and raises on
@@ -14,7 +18,7 @@ the first malformed line, which a daemon polling third-party servers cannot affo
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -30,6 +34,12 @@ _LABEL_BLOCK = re.compile(
 _LABEL_PAIRS = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*+)[ \t]*+=[ \t]*+"([^"\\]*+(?:\\.[^"\\]*+)*+)"')
 _ESCAPE = re.compile(r"\\(.)")
 _UNESCAPED = {"n": "\n", "\\": "\\", '"': '"'}
+_BLOCK_CHARS = 1 << 16  # a block's lines take about 15 times its size: about a MiB
+# A real page names a few hundred metrics; a page naming more is remembered this far (the rest of its # TYPE lines
+# are ignored, and keep() is asked again for each line of the rest of its names).
+MAX_NAMES = 10_000
+# Engines' samples carry about 3 labels (vLLM's cache_config_info, the most, 37 once per engine).
+LABELS_PER_SAMPLE = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +60,15 @@ class TooManySeries(Exception):
         self.limit = limit
 
 
+class TooManyLabels(TooManySeries):
+    """The kept samples carry more labels than LABELS_PER_SAMPLE for each of the `limit` samples allowed."""
+
+
 @dataclass(frozen=True)
 class ParsedPage:
     samples: Mapping[str, tuple[Sample, ...]]  # by sample name, e.g. "vllm:time_to_first_token_seconds_bucket"
-    types: Mapping[str, str]  # family name -> TYPE as the page declares it (builds disagree; kept as written)
+    # family name -> TYPE as the page declares it (builds disagree; kept as written): the first MAX_NAMES declared
+    types: Mapping[str, str]
     skipped_lines: int  # malformed lines among those read (lines the keep filter dropped are not inspected)
     # A page is read one engine instance at a time, each selecting its series by the same label keys: a name selected
     # a second time by the same keys is indexed by them, so reading every instance of a page costs time linear in
@@ -94,17 +109,19 @@ class _Verdict(Enum):
 
 
 def parse(text: str, keep: Callable[[str], bool] | None = None, max_series: int | None = None) -> ParsedPage:
-    """The samples of the names `keep` accepts (all without it); raises TooManySeries past `max_series` of them."""
+    """The samples of the names `keep` accepts (all without it); raises TooManySeries past `max_series` of them,
+    TooManyLabels past LABELS_PER_SAMPLE labels for each."""
     samples: dict[str, list[Sample]] = {}
     types: dict[str, str] = {}
     skipped = 0
     kept = 0
+    quotes = 0  # in the lines read: two a label
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     verdicts: dict[str, _Verdict] = {}  # by name: a name repeats (a line per bucket) and keep() costs a call
     # Most lines carry the name of the line above: checking for "name{" or "name " is cheaper than finding it.
     run, name, verdict = ("\n", "\n"), "", _Verdict.DROP
-    for raw in text.split("\n"):
+    for raw in _lines(text):
         line = raw.strip()
         if not line:
             continue
@@ -112,7 +129,7 @@ def parse(text: str, keep: Callable[[str], bool] | None = None, max_series: int 
             if line[0] == "#":
                 if line.startswith("# TYPE"):
                     words = line.split()
-                    if len(words) >= 4:
+                    if len(words) >= 4 and len(types) < MAX_NAMES:
                         types[words[2]] = words[3]
                 elif line == "# EOF":
                     break
@@ -121,12 +138,17 @@ def parse(text: str, keep: Callable[[str], bool] | None = None, max_series: int 
             brace = head.find("{")
             name = head if brace == -1 else head[:brace]
             run = (name + "{", name + " ")
-            if name not in verdicts:
-                verdicts[name] = _verdict(name, keep)
-            verdict = verdicts[name]
+            verdict = verdicts.get(name) or _verdict(name, keep)
+            if len(verdicts) < MAX_NAMES:
+                verdicts[name] = verdict
         if verdict is _Verdict.DROP:
             continue
-        sample = _sample(line, name) if verdict is _Verdict.READ else None
+        sample = None
+        if verdict is _Verdict.READ:
+            quotes += line.count('"')
+            if max_series is not None and quotes > 2 * LABELS_PER_SAMPLE * max_series:
+                raise TooManyLabels(max_series)
+            sample = _sample(line, name)
         if sample is None:
             skipped += 1
         elif kept == max_series:
@@ -139,6 +161,17 @@ def parse(text: str, keep: Callable[[str], bool] | None = None, max_series: int 
         types=types,
         skipped_lines=skipped,
     )
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The lines of `text`, split a block of about _BLOCK_CHARS at a time (each block ends at a line's end)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start + _BLOCK_CHARS)
+        if end == -1:
+            end = len(text)
+        yield from text[start:end].split("\n")
+        start = end + 1
 
 
 def _verdict(name: str, keep: Callable[[str], bool] | None) -> _Verdict:

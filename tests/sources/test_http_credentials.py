@@ -59,3 +59,11 @@ def test_an_empty_token_file_is_the_targets_failure_not_an_empty_bearer(tmp_path
     token.write_text("  \n\t\n")
     failure = _failure(Target("t", "http://127.0.0.1:1/metrics", bearer_token_file=str(token)))
     assert failure == f"bearer_token_file {token}: empty (no token to send)"
+
+
+def test_an_empty_password_file_is_the_targets_failure_not_an_empty_password(tmp_path: Path):
+    password = tmp_path / "password"
+    for content in ("", " \n"):
+        password.write_text(content)
+        failure = _failure(Target("t", "http://127.0.0.1:1/metrics", basic_auth=BasicAuth("ops", str(password))))
+        assert failure == f"basic_auth.password_file {password}: empty (no password to send)"

@@ -57,10 +57,13 @@ def test_pods_not_running_opted_out_without_ip_or_port_are_left_out_quietly():
     assert listed == type(listed)((), ())
 
 
-def test_a_bad_port_annotation_is_a_problem_naming_the_pod():
-    listed = pod_targets(pod_list(pod("llama-0", annotations={"plimsoll.io/port": "http"})))
-    assert listed.targets == ()
-    assert listed.problems == ("pod inference/llama-0: annotation port 'http' is not a TCP port number; pod left out",)
+@pytest.mark.parametrize("port", ["http", "0", "65536", "\u00b2", "\uff18\uff10\uff10\uff10"])  # ², fullwidth 8000
+def test_a_bad_port_annotation_is_a_problem_naming_the_pod_and_the_rest_of_the_list_is_read(port):
+    listed = pod_targets(pod_list(pod("llama-0", annotations={"plimsoll.io/port": port}), pod("qwen-0", ports=(8000,))))
+    assert [t.name for t in listed.targets] == ["inference/qwen-0"]
+    assert listed.problems == (
+        f"pod inference/llama-0: annotation port {port!r} is not a TCP port number; pod left out",
+    )
 
 
 def test_a_bad_engine_annotation_marks_that_pod_only_naming_the_annotation_and_the_valid_engines():

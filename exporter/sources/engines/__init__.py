@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from exporter.sources.engines import llamacpp, lmdeploy, nim, sglang, tgi, trtllm, vllm
 from exporter.sources.engines.base import Detection, EngineAdapter, EngineReading, PageLimits, TooManyInstances
-from exporter.sources.promtext import ParsedPage, TooManySeries, parse
+from exporter.sources.promtext import LABELS_PER_SAMPLE, ParsedPage, TooManyLabels, TooManySeries, parse
 
 ADAPTERS: tuple[EngineAdapter, ...] = (
     vllm.ADAPTER,
@@ -62,11 +62,7 @@ def read_page(text: str, engine: str = "auto", limits: PageLimits = _DEFAULT_LIM
     try:
         page = parse(text, keep_filter(adapters), limits.max_series)
     except TooManySeries as error:
-        detail = (
-            f"the page has more than {error.limit:,} samples of engine metrics; at most {error.limit:,} are read "
-            "(max_series_per_target)"
-        )
-        return PageRead(None if engine == "auto" else engine, (), "too_many_series", detail)
+        return PageRead(None if engine == "auto" else engine, (), "too_many_series", _too_many(error))
     adapter = adapters[0] if engine != "auto" else detect(page)[0]
     if adapter is None:
         if _looks_like_metrics(text):
@@ -83,7 +79,34 @@ def read_page(text: str, engine: str = "auto", limits: PageLimits = _DEFAULT_LIM
         return PageRead(adapter.name, (), "too_many_instances", detail)
     if not readings and not _looks_like_metrics(text):
         return PageRead(adapter.name, (), "not_metrics", _NOT_METRICS)
+    if not readings and engine != "auto":
+        # An engine named wrongly reads nothing from another engine's page: say so, rather than a target that is
+        # up with nothing to show. A page no engine claims may be the named engine's before it reports anything.
+        claimed = _claimed_by(text, limits)
+        if claimed is not None and claimed.name != engine:
+            detail = f"the page is {claimed.name}'s, not {engine}'s: set the target's engine to {claimed.name} or auto"
+            return PageRead(engine, (), "unknown_engine", detail)
     return PageRead(adapter.name, tuple(readings))
+
+
+def _claimed_by(text: str, limits: PageLimits) -> EngineAdapter | None:
+    """The engine detection finds on the page, parsed for every engine's names."""
+    try:
+        return detect(parse(text, keep_filter(ADAPTERS), limits.max_series))[0]
+    except TooManySeries:
+        return None
+
+
+def _too_many(error: TooManySeries) -> str:
+    if isinstance(error, TooManyLabels):
+        return (
+            f"the page's samples of engine metrics carry more than {LABELS_PER_SAMPLE * error.limit:,} labels; at most "
+            f"{LABELS_PER_SAMPLE} a sample of max_series_per_target ({error.limit:,}) are read"
+        )
+    return (
+        f"the page has more than {error.limit:,} samples of engine metrics; at most {error.limit:,} are read "
+        "(max_series_per_target)"
+    )
 
 
 def _looks_like_metrics(text: str) -> bool:

@@ -6,8 +6,9 @@ not capacity, and a reading has no field for it. Capacity comes from GET /slots 
 and summed by `capacity_from_slots`.
 """
 
-from typing import Any
+import json
 
+from exporter.sources.engines.domains import MAX_COUNT
 from exporter.sources.engines.vocabulary import Vocabulary
 
 ADAPTER = Vocabulary(
@@ -21,9 +22,18 @@ ADAPTER = Vocabulary(
 )
 
 
-def capacity_from_slots(slots_json: list[dict[str, Any]]) -> int | None:
+def capacity_from_slots(body: str) -> int | None:
     """KV capacity in tokens from the body of GET /slots: the slots' `n_ctx` added up (each slot owns its share
-    of the context). None when no slot states a whole n_ctx."""
-    sizes = [slot.get("n_ctx") for slot in slots_json if isinstance(slot, dict)]
+    of the context). None when the body is not a JSON list, when no slot states a whole n_ctx, or when the total is
+    not a count from 1 to MAX_COUNT: JSON integers have no bound, and a total too large for a float would fail
+    every /metrics scrape."""
+    try:
+        slots = json.loads(body)
+    except (ValueError, RecursionError):  # RecursionError: lists nested deeper than the decoder recurses
+        return None
+    if not isinstance(slots, list):
+        return None
+    sizes = [slot.get("n_ctx") for slot in slots if isinstance(slot, dict)]
     counted = [size for size in sizes if isinstance(size, int) and not isinstance(size, bool) and size >= 0]
-    return sum(counted) if counted else None
+    total = sum(counted)
+    return total if counted and 1 <= total <= MAX_COUNT else None
