@@ -55,6 +55,13 @@ SAME_ARCHITECTURE: dict[str, tuple[str, str | dict[str, Any] | None]] = {
     "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic": ("llama-3.3-70b", "fp8"),
     "RedHatAI/Qwen2.5-7B-Instruct-fp8-dynamic": ("qwen2.5-7b", "fp8"),
     "RedHatAI/Qwen2.5-7B-Instruct-quantized.w8a8": ("qwen2.5-7b", "int8"),
+    # Red Hat's INT8 W8A8 of the 3.1 checkpoint the preset copies; its card quantizes "only weights and activations
+    # of the linear operators within transformers blocks" (per-channel weights, per-token activations). Its own
+    # config.json (with quantization_config) was not found.
+    "RedHatAI/Mistral-Small-3.1-24B-Instruct-2503-quantized.w8a8": ("mistral-small-3.1-24b", "int8"),
+    # No verbatim 3.2 config.json was found, so no preset alias; gratex's quantization cards list 3.1's text shapes
+    # and a 24-layer, 1024-wide Pixtral tower, and the llm-d-benchmark run logs 3.1's 163,840 KV bytes a token.
+    "mistralai/Mistral-Small-3.2-24B-Instruct-2506": ("mistral-small-3.1-24b", None),
     # Qwen's block-scaled FP8 checkpoint (the logs select DeepGemmFp8BlockScaledMMKernel); its config was not read,
     # and per-block scales differ from the flag's per-tensor ones by well under 0.1% of the weights
     "Qwen/Qwen3-8B-FP8": ("qwen3-8b", "fp8"),
