@@ -234,7 +234,11 @@ def _range(values: Sequence[float], axis: Axis) -> tuple[float, float]:
 def _ticks(low: float, high: float, *, log2: bool, whole: bool) -> list[float]:
     if log2:
         first, last = math.ceil(math.log2(low)), math.floor(math.log2(high))
-        return [2.0**power for power in range(first, last + 1)]
+        if last - first >= 2:
+            return [2.0**power for power in range(first, last + 1)]
+        # Under a factor of four (a load test's levels 15, 16 and 20) one power of two or none falls inside:
+        # evenly spaced whole numbers say where the points lie.
+        whole = True
     raw = (high - low) / 5
     if whole:
         raw = max(raw, 1.0)  # ticks closer than 1 apart cannot all fall on whole numbers

@@ -52,3 +52,22 @@ def test_only_the_points_that_are_numbers_are_drawn() -> None:
 def test_a_reference_that_is_no_number_is_left_out() -> None:
     svg = _chart(((1.0, 1.0), (2.0, 3.0)), reference=math.nan)
     assert not [line for line in svg.iter(f"{SVG}line") if line.attrib.get("class") == "reference"]
+
+
+@pytest.mark.parametrize(
+    ("levels", "ticks"),
+    [
+        ((15.0, 16.0, 20.0), [15.0, 16.0, 17.0, 18.0, 19.0, 20.0]),  # a search that started at the pool
+        ((1.0, 15.0, 16.0, 20.0), [1.0, 2.0, 4.0, 8.0, 16.0]),  # one from 1: powers of two
+    ],
+)
+def test_a_log2_axis_ticks_where_its_points_lie(levels: tuple[float, ...], ticks: list[float]) -> None:
+    points = tuple((level, 1.0) for level in levels)
+    axis = Axis("x", lambda value: f"{value:g}", log2=True)
+    chart = ElementTree.fromstring(line_chart("t", axis, Axis("y", str), [Series("s", points, "#000000")]))
+    x_ticks = [
+        float(t.text or "")
+        for t in chart.iter(f"{SVG}text")
+        if t.get("class") == "tick" and t.get("text-anchor") == "middle"
+    ]
+    assert x_ticks == ticks
