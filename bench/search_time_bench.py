@@ -5,8 +5,9 @@ run, with the same workload and per-level duration.
 The SLO is derived from the engine unloaded, as the integration test does: TTFT at most 6x its p99 at concurrency 1,
 met by 90% of requests. Each tool then answers the question it offers:
 
-- `plimsoll loadtest --slo ...`: the SLO knee and the saturation point, doubling to 32, bisection to 10%, the answer
-  confirmed by a second run of it and the level above;
+- `plimsoll loadtest --slo ...`: the SLO knee and the saturation point, rising from where one request alone says
+  the engine's KV pool still holds every request, up to 32, bisection to 10%, the answer confirmed by a second run
+  of it and the level beside it;
 - `plimsoll loadtest` with no SLO: the saturation point alone;
 - GuideLLM `goodput`: the highest concurrency meeting the same TTFT objective at 90% attainment (doubling from its
   default 4 to 32, bisection to 10%);
@@ -14,15 +15,15 @@ met by 90% of requests. Each tool then answers the question it offers:
 - GuideLLM `sweep`: its default 10-point request-rate sweep between synchronous and maximum throughput (no single
   answer: the rates a user reads the knee from by eye).
 
-Every level runs 5 s. GuideLLM runs no warm-up here (none is its default); plimsoll runs its minimum
-(`--warmup 0s`: each step still warms up for the p99 lifetime of a request at the level below, scaled by the load
-where that level queued, so its workers ramp in over at least one request's lifetime). Times are wall clock from the
-command's start to its exit, start-up included (GuideLLM's is about 10 s on this machine: it loads torch and a
-tokenizer). GuideLLM comes from a throwaway venv named by --guidellm
-(`python3 -m venv /tmp/gl-venv && /tmp/gl-venv/bin/pip install guidellm==0.8.1`), never Plimsoll's dependencies; its
-rows are skipped, and say so, without it.
+Every level runs 5 s (`--step-seconds`; `--pair-only` runs the SLO-knee pair alone). GuideLLM runs no warm-up
+here (none is its default); plimsoll runs its minimum (`--warmup 0s`: each step still warms up for the p99 lifetime
+of a request at the level below, scaled by the load where that level queued, so its workers ramp in over at least
+one request's lifetime). Times are wall clock from the command's start to its exit, start-up included (GuideLLM's is
+about 10 s on this machine: it loads torch and a tokenizer). GuideLLM comes from a throwaway venv named by
+--guidellm (`python3 -m venv /tmp/gl-venv && /tmp/gl-venv/bin/pip install guidellm==0.8.1`), never Plimsoll's
+dependencies; its rows are skipped, and say so, without it.
 
-Run: .venv/bin/python -m bench.search_time_bench --guidellm /tmp/gl-venv [--repeat 2]
+Run: .venv/bin/python -m bench.search_time_bench --guidellm /tmp/gl-venv [--repeat 2] [--step-seconds 30 --pair-only]
 """
 
 import argparse
@@ -41,7 +42,7 @@ from tests.support.vllm_cpu import DEFAULT_CACHE_DIR, SERVED_MODEL_NAME, ensure_
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPT_WORDS, PROMPT_TOKENS, OUTPUT_TOKENS = 48, 195, 32
-STEP_SECONDS, MAX_CONCURRENCY, OBJECTIVE, TTFT_OVER_UNLOADED = 5, 32, 0.9, 6
+MAX_CONCURRENCY, OBJECTIVE, TTFT_OVER_UNLOADED = 32, 0.9, 6
 QUIET_PEER_ENV = {"HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1"}
 
 
@@ -73,9 +74,9 @@ def _unloaded_ttft_p99(base: str, out: Path) -> float:
     return float(step["ttft_p99_seconds"])
 
 
-def _plimsoll(base: str, out: Path, slo_ms: int | None) -> Row:
+def _plimsoll(base: str, out: Path, slo_ms: int | None, step_seconds: int) -> Row:
     search = ["--max-concurrency", str(MAX_CONCURRENCY), "--tolerance", "0.1", "--objective", str(OBJECTIVE)]
-    search += ["--step-duration", f"{STEP_SECONDS}s", "--warmup", "0s", "--max-duration", "6m"]
+    search += ["--step-duration", f"{step_seconds}s", "--warmup", "0s", "--max-duration", "6m"]
     if slo_ms is not None:
         search += ["--slo", f"ttft={slo_ms}ms"]
     seconds = _timed(_plimsoll_argv(base, out, *search))
@@ -89,12 +90,14 @@ def _plimsoll(base: str, out: Path, slo_ms: int | None) -> Row:
     return Row(tool, seconds, len(result["steps"]), answer)
 
 
-def _guidellm(venv: Path, model_dir: Path, base: str, out: Path, profile: dict[str, Any], slo_ms: int | None) -> Any:
+def _guidellm(
+    venv: Path, model_dir: Path, base: str, out: Path, profile: dict[str, Any], slo_ms: int | None, step_seconds: int
+) -> Any:
     backend = {"kind": "openai_http", "target": base, "model": SERVED_MODEL_NAME, "request_format": "/v1/completions"}
     argv = [str(venv / "bin" / "guidellm"), "run", "--disable-progress"]
     argv += ["--backend", json.dumps({**backend, "http2": False})]
     argv += ["--profile", json.dumps(profile)]
-    argv += ["--constraint", json.dumps({"kind": "max_duration", "seconds": STEP_SECONDS})]
+    argv += ["--constraint", json.dumps({"kind": "max_duration", "seconds": step_seconds})]
     argv += ["--tokenizer", json.dumps({"kind": "huggingface_auto", "model": str(model_dir)})]
     data = {"kind": "synthetic_text", "prompt_tokens": PROMPT_TOKENS, "output_tokens": OUTPUT_TOKENS}
     argv += ["--data", json.dumps(data), "--output", json.dumps({"kind": "json", "path": str(out)})]
@@ -104,17 +107,17 @@ def _guidellm(venv: Path, model_dir: Path, base: str, out: Path, profile: dict[s
     return seconds, json.loads(out.read_text())
 
 
-def _goodput(venv: Path, model_dir: Path, base: str, out: Path, slo_ms: int) -> Row:
+def _goodput(venv: Path, model_dir: Path, base: str, out: Path, slo_ms: int, step_seconds: int) -> Row:
     profile = {"kind": "goodput", "target_attainment": OBJECTIVE, "max_streams": MAX_CONCURRENCY, "tolerance": 0.1}
-    seconds, report = _guidellm(venv, model_dir, base, out, profile, slo_ms)
+    seconds, report = _guidellm(venv, model_dir, base, out, profile, slo_ms, step_seconds)
     (search,) = report["conclusions"]
     answer = f"highest passing {search['best_passing_streams']}, lowest failing {search['lowest_failing_streams']}"
     return Row("guidellm goodput", seconds, len(report["benchmarks"]), answer)
 
 
-def _knee(venv: Path, model_dir: Path, base: str, out: Path) -> Row:
+def _knee(venv: Path, model_dir: Path, base: str, out: Path, step_seconds: int) -> Row:
     profile = {"kind": "knee", "min_streams": 1, "max_streams": MAX_CONCURRENCY, "count": 5, "adaptive": True}
-    seconds, report = _guidellm(venv, model_dir, base, out, profile, None)
+    seconds, report = _guidellm(venv, model_dir, base, out, profile, None, step_seconds)
     (conclusion,) = report["conclusions"]
     final = conclusion["final"]
     oversaturated = final["saturation"]["first_oversaturated_concurrency"]
@@ -122,8 +125,9 @@ def _knee(venv: Path, model_dir: Path, base: str, out: Path) -> Row:
     return Row("guidellm knee", seconds, len(report["benchmarks"]), answer)
 
 
-def _sweep(venv: Path, model_dir: Path, base: str, out: Path) -> Row:
-    seconds, report = _guidellm(venv, model_dir, base, out, {"kind": "sweep", "sweep_size": 10}, None)
+def _sweep(venv: Path, model_dir: Path, base: str, out: Path, step_seconds: int) -> Row:
+    sweep = {"kind": "sweep", "sweep_size": 10}
+    seconds, report = _guidellm(venv, model_dir, base, out, sweep, None, step_seconds)
     rates = [b["metrics"]["requests_per_second"]["total"]["mean"] for b in report["benchmarks"]]
     answer = f"{len(rates)} rates, {min(rates):.1f}-{max(rates):.1f} req/s achieved (no single answer)"
     return Row("guidellm sweep", seconds, len(report["benchmarks"]), answer)
@@ -139,7 +143,12 @@ def main() -> None:
         help="then run the SLO-knee pair (plimsoll --slo, guidellm goodput) this many times more, alternating which "
         "goes first, for the spread of their ratio",
     )
+    parser.add_argument("--step-seconds", type=int, default=5, help="each level's duration, both tools (default: 5)")
+    parser.add_argument(
+        "--pair-only", action="store_true", help="only the SLO-knee pair: no saturation-only run, no knee or sweep"
+    )
     args = parser.parse_args()
+    step = args.step_seconds
     guidellm = args.guidellm if args.guidellm and (args.guidellm / "bin" / "guidellm").exists() else None
     install = ensure_vllm(DEFAULT_CACHE_DIR)
     rows: list[Row] = []
@@ -147,20 +156,25 @@ def main() -> None:
         base, work = server.base_url, Path(tmp)
         _unloaded_ttft_p99(base, work / "warm-up")  # the first requests after start-up are the slowest
         slo_ms = max(1, round(_unloaded_ttft_p99(base, work / "unloaded") * 1000 * TTFT_OVER_UNLOADED))
-        rows.append(_plimsoll(base, work / "plimsoll-slo", slo_ms))
-        rows.append(_plimsoll(base, work / "plimsoll", None))
+        rows.append(_plimsoll(base, work / "plimsoll-slo", slo_ms, step))
+        if not args.pair_only:
+            rows.append(_plimsoll(base, work / "plimsoll", None, step))
         if guidellm is not None:
-            rows.append(_goodput(guidellm, install.model_dir, base, work / "goodput.json", slo_ms))
-            rows.append(_knee(guidellm, install.model_dir, base, work / "knee.json"))
-            rows.append(_sweep(guidellm, install.model_dir, base, work / "sweep.json"))
+            rows.append(_goodput(guidellm, install.model_dir, base, work / "goodput.json", slo_ms, step))
+            if not args.pair_only:
+                rows.append(_knee(guidellm, install.model_dir, base, work / "knee.json", step))
+                rows.append(_sweep(guidellm, install.model_dir, base, work / "sweep.json", step))
             for round_ in range(args.repeat):
                 plimsoll_first = round_ % 2 == 1
                 if plimsoll_first:
-                    rows.append(_plimsoll(base, work / f"plimsoll-slo-{round_}", slo_ms))
-                rows.append(_goodput(guidellm, install.model_dir, base, work / f"goodput-{round_}.json", slo_ms))
+                    rows.append(_plimsoll(base, work / f"plimsoll-slo-{round_}", slo_ms, step))
+                rows.append(_goodput(guidellm, install.model_dir, base, work / f"goodput-{round_}.json", slo_ms, step))
                 if not plimsoll_first:
-                    rows.append(_plimsoll(base, work / f"plimsoll-slo-{round_}", slo_ms))
-    print(f"engine: vLLM CPU, KV pool of 15 requests (saturates at 16); SLO ttft={slo_ms}ms at {OBJECTIVE:g}")
+                    rows.append(_plimsoll(base, work / f"plimsoll-slo-{round_}", slo_ms, step))
+    print(
+        f"engine: vLLM CPU, KV pool of 15 requests (saturates at 16); SLO ttft={slo_ms}ms at {OBJECTIVE:g}; "
+        f"{step} s a level"
+    )
     if guidellm is None:
         print("guidellm skipped: pass --guidellm VENV, a venv with guidellm installed")
     header = f"{'tool':<28} {'wall s':>7} {'levels':>6}  answer"
