@@ -182,7 +182,7 @@ alerting:
 
 
 def _find_knee(engine: VllmServer, config: Path, out: Path, summary: Summary) -> None:
-    _say("== plimsoll loadtest: closed-loop concurrency 1, 2, 4, ... then bisection to the saturation point")
+    _say("== plimsoll loadtest: closed-loop, from where the engine's KV pool still fits every request, to saturation")
     done = _plimsoll(
         "loadtest", "--url", engine.base_url, *LOADTEST_ARGS, "--config", str(config), "--target", TARGET,
         "--write", "--out", str(out), timeout_s=240,
