@@ -8,9 +8,10 @@ full (97%) and nothing waits; from 16 a request waits for one to finish. So the 
 the machine's speed: the engine, not the clock, decides it.
 
 The SLO is derived from the same engine unloaded (concurrency 1, measured first), never a fixed latency: a fixed
-TTFT that breaks at 20 on a slow machine never breaks on a fast one. Each run is about a minute and a half: 5 s
-steps, doubling to 32, bisection to 10%, and the answer confirmed by a second run of it and the level above it;
-the run's own --max-duration and the subprocess timeout bound it. The engine is the session's, which reaps it.
+TTFT that breaks at 20 on a slow machine never breaks on a fast one. Each run is under a minute: 5 s steps from
+where one request sent alone says the pool still holds every request (15), up to 32, bisection to 10%, and the
+answer confirmed by a second run of it and the level beside it; the run's own --max-duration and the subprocess
+timeout bound it. The engine is the session's, which reaps it.
 """
 
 import json
@@ -76,6 +77,12 @@ def test_the_saturation_point_is_where_the_kv_pool_overflows_in_every_run(runs: 
         assert {"kv_full", "queue"} <= set(saturation["signals"]), saturation["signals"]
         # The level under it was measured and not saturated: the answer is exact, not the top of a wide bracket.
         assert saturation["unsaturated_below"] == POOL_REQUESTS
+
+
+def test_the_search_starts_at_the_last_level_the_pool_holds(runs: Sequence[Mapping[str, Any]]) -> None:
+    # One request alone holds two of the 32 blocks; less the block vLLM keeps back, the pool holds 15 of them.
+    for result in runs:
+        assert result["steps"][0]["concurrency"] == POOL_REQUESTS, [step["concurrency"] for step in result["steps"]]
 
 
 def test_below_the_pool_nothing_waits_and_above_it_requests_do(runs: Sequence[Mapping[str, Any]]) -> None:
