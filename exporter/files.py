@@ -7,7 +7,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
@@ -41,6 +41,20 @@ def read_capped(path: str, limit: int, name: str, too_large: str) -> bytes:
     return data
 
 
+def read_secret(path: str, limit: int, name: str) -> str:
+    """The password or token in the file that `name` (a flag or a field) gives as `path`, surrounding whitespace
+    stripped (an editor ends the file with a line break): a ValueError naming both, never the secret, where
+    read_capped refuses it, or where it is not UTF-8 or holds a line break or control character within, which
+    would end or corrupt the Authorization header it is sent in. Empty is the caller's to refuse."""
+    try:
+        secret = read_capped(path, limit, name, "not a password or a token").decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError(f"{name} {path}: not UTF-8 text") from None
+    if not secret.isprintable():
+        raise ValueError(f"{name} {path}: holds a line break or a control character: one line, the secret alone")
+    return secret
+
+
 def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
     """Write `text` to a temporary file beside `path`, flush it to disk, then rename it over `path`.
 
@@ -54,14 +68,18 @@ def write_all_or_none(files: Mapping[Path, str | None], mode: int = 0o644) -> No
     """Write a set of files that must agree (a result and the report drawn from it), each path's text, and remove
     each path mapped to None (an earlier run's file would read as part of this set).
 
-    Every text is written to a temporary file beside its path and flushed to disk before any path changes, so a
-    full disk or a refused permission leaves the whole earlier set; only then are the paths removed and the
-    temporary files renamed over theirs. On any failure the temporary files are removed, and the OSError names
-    the path it was for, never a temporary file's name.
+    Every text is written to a temporary file beside its path, its missing folders made, and flushed to disk before
+    any path changes, so a full disk or a refused permission leaves the whole earlier set; only then are the paths
+    removed and the temporary files renamed over theirs. On any failure the temporary files are removed, then the
+    folders made that are still empty (a run that failed writes nothing back), and the OSError names the path it
+    was for, never a temporary file's name.
     """
     temporaries: dict[Path, str] = {}
+    made: list[Path] = []
     try:
         for path, text in files.items():
+            if text is not None:
+                made += _made_folders(path.parent)  # an OSError names the folder it could not make
             with _naming(path):
                 _refuse_a_directory(path)
                 if text is not None:
@@ -77,7 +95,25 @@ def write_all_or_none(files: Mapping[Path, str | None], mode: int = 0o644) -> No
     except BaseException:
         for temporary in temporaries.values():
             Path(temporary).unlink(missing_ok=True)
+        for folder in reversed(made):  # innermost first
+            with suppress(OSError):  # not empty: another writer put something in it since
+                folder.rmdir()
         raise
+
+
+def _made_folders(folder: Path) -> list[Path]:
+    """Makes `folder` and each missing folder above it, outermost first, and returns those this call made: one
+    that another writer makes meanwhile is theirs, never removed."""
+    made = []
+    for each in reversed([folder, *folder.parents]):
+        if each.is_dir():
+            continue
+        try:
+            each.mkdir()
+        except FileExistsError:  # made meanwhile, or a file in the way (the write beside it says so)
+            continue
+        made.append(each)
+    return made
 
 
 def _refuse_a_directory(path: Path) -> None:

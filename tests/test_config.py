@@ -269,6 +269,23 @@ def test_a_deployment_setting_past_any_real_deployment_is_refused_with_its_range
     assert problem.startswith(f"c.yaml: targets[0].deployment.{field}: ") and accepted in problem, problem
 
 
+@pytest.mark.parametrize(
+    ("entry", "field", "value"),
+    [
+        ("gpu_type: ''", "gpu_type", "''"),
+        ("gpu_type: ' '", "gpu_type", "' '"),
+        ("deployment: {kv_cache_memory: 0}", "deployment.kv_cache_memory", "0"),
+        ("deployment: {kv_cache_memory: 0GiB}", "deployment.kv_cache_memory", "'0GiB'"),
+    ],
+)
+def test_an_empty_gpu_type_or_a_zero_kv_cache_is_refused_not_read_as_unset(entry, field, value):
+    # Unset is the key left out; the daemon and the planner would read an empty name or a 0 as unset, unsaid.
+    text = f"targets: [{{url: 'http://a:1/metrics'}}, {{url: 'http://b:1/metrics', {entry}}}]"
+    (problem,) = check_config(text, "c.yaml", environ={}).problems
+    assert problem.startswith(f"c.yaml: targets[1].{field}: {value} "), problem
+    assert "leave the key out" in problem, problem
+
+
 def test_limits_per_target_poll_interval_and_web_config_are_read(tmp_path):
     (tmp_path / "web.yml").write_text("basic_auth_users: {}\n")
     text = """
@@ -688,6 +705,26 @@ pricing:
     assert "L40S: -1 is not a price" in said["pricing.gpu_hour"] and "A10: 'cheap'" in said["pricing.gpu_hour"]
     # A typo would leave that GPU unpriced without a word; an NVML product name outside the presets is fine.
     assert "H10O: neither a GPU preset" in said["pricing.gpu_hour"] and "A2:" not in said["pricing.gpu_hour"]
+
+
+@pytest.mark.parametrize(("margin", "knee"), [(0.0004, 1), (0.0005, 1), (0.0001, 4)])
+def test_a_knee_times_margin_the_scalers_would_write_as_zero_is_refused_naming_the_workload(margin, knee):
+    # KEDA's threshold '0' and the HPA's '0m' are targets Kubernetes refuses: the config is where it can be fixed.
+    text = (
+        f"autoscaling:\n  margin: {margin}\n  workloads:\n"
+        f"    - {{model: m, name: llm, namespace: ns, max_replicas: 2, knee_concurrency: {knee}}}\n"
+    )
+    (problem,) = check_config(text, "c.yaml", environ={}).problems
+    assert problem.startswith("c.yaml: autoscaling.workloads[0].knee_concurrency: "), problem
+    assert f"x autoscaling.margin {margin:g}" in problem and "Deployment ns/llm" in problem, problem
+
+
+def test_the_smallest_knee_times_margin_the_scalers_write_as_non_zero_is_accepted():
+    text = (
+        "autoscaling:\n  margin: 0.0006\n  workloads:\n"
+        "    - {model: m, name: llm, namespace: ns, max_replicas: 2, knee_concurrency: 1}\n"
+    )
+    assert check_config(text, "c.yaml", environ={}).problems == ()
 
 
 @pytest.mark.parametrize("workloads", ["[]", "none-here", "{model: m}"])

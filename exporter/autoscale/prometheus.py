@@ -47,7 +47,7 @@ from exporter.autoscale.demand import MAX_DEMAND, MAX_DEMAND_ROWS, DemandError, 
 from exporter.config import redact_url, validate_url
 from exporter.core.units import duration
 from exporter.display import shown
-from exporter.files import read_capped
+from exporter.files import read_capped, read_secret
 from exporter.scaling import DEMAND_RECORD, promql_string
 from exporter.sources.http import TLS_FAILED, fetch
 
@@ -108,15 +108,12 @@ def prometheus_url(text: str) -> str:
 def _read_secret(path: str, flag: str) -> str:
     """The token or password in the file `flag` names, surrounding whitespace stripped; an error names the file,
     never its content."""
-    data = read_capped(path, MAX_SECRET_BYTES, flag, "not a token or a password")
     try:
-        secret = data.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise DemandError(f"{flag} {path}: not UTF-8 text") from None
+        secret = read_secret(path, MAX_SECRET_BYTES, flag)
+    except ValueError as error:
+        raise DemandError(str(error)) from None
     if not secret:
         raise DemandError(f"{flag} {path}: the file is empty; put the secret in it")
-    if not secret.isprintable():  # a line break would end the header; no token or password holds one
-        raise DemandError(f"{flag} {path}: holds a line break or a control character: one line, the secret alone")
     return secret
 
 

@@ -41,6 +41,9 @@ _MODEL_LABEL = label_value("the model label its engine series carry, such as met
 _REPLICAS = positive_int_at_most(2**31 - 1)
 _CONCURRENCY = positive_int_at_most(MAX_SEQUENCES)  # the requests one engine batches
 _GPUS = positive_int_at_most(MAX_PARALLEL * MAX_PARALLEL)  # tensor x pipeline parallel, as targets' deployment
+# The scalers write a workload's target, knee_concurrency x margin, in thousandths (KEDA's threshold 0.001, the
+# HPA's quantity 1m): one that rounds to none is written 0, a target Kubernetes refuses.
+_TARGET_THOUSANDTHS = 1000
 
 
 def check_model_labels(section: AutoscalingConfig) -> None:
@@ -96,7 +99,17 @@ def _workload(r: Reader, raw: Any, path: str) -> ScaledWorkload | None:
     return None if None in (model, name, namespace, max_replicas) else workload
 
 
-def _workloads(r: Reader, raw: Any, demand_window_seconds: float) -> tuple[ScaledWorkload, ...]:
+def _target_problem(workload: ScaledWorkload, margin: float) -> str | None:
+    if workload.knee_concurrency is None or round(workload.knee_concurrency * margin * _TARGET_THOUSANDTHS) > 0:
+        return None
+    return (
+        f"{workload.knee_concurrency} x autoscaling.margin {margin:g} is {workload.knee_concurrency * margin:g} "
+        f"requests per replica, written 0 in the scalers of {workload.kind} {workload.namespace}/{workload.name} "
+        "(they hold thousandths), a target Kubernetes refuses: raise knee_concurrency or margin"
+    )
+
+
+def _workloads(r: Reader, raw: Any, demand_window_seconds: float, margin: float) -> tuple[ScaledWorkload, ...]:
     path = "autoscaling.workloads"
     if not isinstance(raw, list) or not raw:
         r.fail(path, "expected a list of at least one workload (model, kind, name, namespace, max_replicas, ...)")
@@ -115,6 +128,9 @@ def _workloads(r: Reader, raw: Any, demand_window_seconds: float) -> tuple[Scale
         elif workload.model in models:
             # Demand is summed per model label: two workloads of one model could not be told apart.
             r.fail(f"{where}.model", f"{shown(workload.model)} is also the model of {models[workload.model]}")
+        problem = _target_problem(workload, margin)
+        if problem:
+            r.fail(f"{where}.knee_concurrency", problem)
         if workload.startup_seconds > demand_window_seconds:
             r.fail(
                 f"{where}.startup",
@@ -135,10 +151,11 @@ def parse_autoscaling(r: Reader, raw: Any) -> AutoscalingConfig | None:
     r.unknown(data, "autoscaling", _AUTOSCALING_FIELDS)
     p = "autoscaling."
     demand_window = r.convert(data, "demand_window", p, validate_duration, 600.0)
+    margin = r.convert(data, "margin", p, validate_ratio, 0.8)
     return AutoscalingConfig(
         prometheus=r.convert(data, "prometheus", p, validate_url, None),
-        margin=r.convert(data, "margin", p, validate_ratio, 0.8),
+        margin=margin,
         demand_window_seconds=demand_window,
         overprovisioned_for_seconds=r.convert(data, "overprovisioned_for", p, validate_duration, 86400.0),
-        workloads=_workloads(r, data.get("workloads"), demand_window),
+        workloads=_workloads(r, data.get("workloads"), demand_window, margin),
     )

@@ -61,6 +61,8 @@ def _deployment(r: Reader, raw: Any, path: str) -> Deployment:
 
 def _kv_cache_memory(value: Any) -> int:
     size = parse_size(value)
+    if size == 0:  # unset is the key left out: a 0 is a typo, which the planner would read as unset
+        raise ValueError(f"{shown(value)} is no KV cache; give its size (such as 20GiB) or leave the key out")
     if size > MAX_GPU_MEMORY_BYTES:
         raise ValueError(f"{shown(value)} is out of range: Plimsoll accepts up to {MAX_GPU_TIB} TiB, one GPU's memory")
     return size
@@ -74,6 +76,13 @@ def _gpus(value: Any) -> tuple[str, ...] | None:
     if isinstance(value, list) and all(isinstance(v, int | str) and not isinstance(v, bool) for v in value):
         return tuple(str(v) for v in value)
     raise ValueError(f"{shown(value)} is not 'auto', a GPU index or UUID, or a list of them")
+
+
+def _gpu_type(value: Any) -> str:
+    text = text_value("a GPU preset such as H100")(value)
+    if not text.strip():  # unset is the key left out: an empty name is a typo, which the daemon would read as unset
+        raise ValueError(f"{shown(text)} names no GPU; give a preset such as H100 or leave the key out")
+    return text
 
 
 def _username(value: Any) -> str:
@@ -149,7 +158,7 @@ def _target(r: Reader, raw: Any, path: str, base: Path) -> Target:
         engine=r.convert(data, "engine", p, one_of(ENGINE_NAMES), "auto"),
         model=r.convert(data, "model", p, label_value("a model preset or the path of a config.json"), None),
         gpus=gpus,
-        gpu_type=r.convert(data, "gpu_type", p, text_value("a GPU preset such as H100"), None),
+        gpu_type=r.convert(data, "gpu_type", p, _gpu_type, None),
         deployment=deployment,
         timeout_seconds=r.convert(data, "timeout", p, validate_duration, None),
         poll_interval_seconds=r.convert(data, "poll_interval", p, validate_duration, None),

@@ -34,10 +34,8 @@ def artifacts(config: Config) -> list[Artifact]:
 def write(items: Iterable[Artifact], out: Path) -> list[Path]:
     """Each artifact under `out`, readable by all (Prometheus and Grafana must read them), all of them or none: a
     target that cannot be written (a folder in its way, a full disk) leaves the files as they were, not some from
-    the new config and the rest from the old."""
+    the new config and the rest from the old, and no folder it made (a run that failed writes nothing)."""
     texts: dict[Path, str | None] = {out / item.path: item.text for item in items}
-    for target in texts:
-        target.parent.mkdir(parents=True, exist_ok=True)
     write_all_or_none(texts)
     return list(texts)
 

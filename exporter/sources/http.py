@@ -20,7 +20,7 @@ from yarl import URL
 
 from exporter import __version__
 from exporter.config import Target, redact_url
-from exporter.files import read_capped
+from exporter.files import read_secret
 
 USER_AGENT = f"plimsoll/{__version__}"
 MAX_REDIRECTS = 5
@@ -117,9 +117,7 @@ class CredentialsError(Exception):
 
 def _read_secret(path: str, field_name: str) -> str:
     try:
-        return read_capped(path, MAX_SECRET_BYTES, field_name, "not a password or a token").decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise CredentialsError(f"{field_name} {path}: not UTF-8 text") from None
+        return read_secret(path, MAX_SECRET_BYTES, field_name)
     except ValueError as error:
         raise CredentialsError(str(error)) from None
 

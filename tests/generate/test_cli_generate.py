@@ -71,6 +71,21 @@ def test_a_folder_where_a_file_goes_is_named_and_no_file_is_written(tmp_path, ca
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
+def test_a_run_that_cannot_write_removes_the_folders_it_made_and_only_those(tmp_path, capsys):
+    out = tmp_path / "out"
+    in_the_way = out / "dashboards" / "plimsoll-capacity-plan.json"  # the last file generate writes
+    in_the_way.mkdir(parents=True)
+    (out / "rules").mkdir()  # the user's, empty: not generate's to remove
+    assert main(["generate", "--config", str(EXAMPLE), "--out", str(out)]) == 1
+    assert "a folder is in the way of the file" in capsys.readouterr().err
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        "dashboards",
+        "dashboards/plimsoll-capacity-plan.json",
+        "rules",
+    ]
+    assert main(["generate", "--config", str(EXAMPLE), "--out", str(tmp_path / "new" / "out")]) == 0  # made whole
+
+
 def test_two_runs_under_different_hash_seeds_write_identical_bytes(tmp_path):
     """String hashing, and so the order of any set or dict built from one, changes from process to process."""
     for seed in ("1", "2"):

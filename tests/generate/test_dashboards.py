@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 import yaml
@@ -370,6 +371,17 @@ def test_runbook_url_is_in_every_alert_and_linked_from_every_dashboard(example):
                 assert rule["annotations"]["runbook_url"] == f"{url}#{rule['alert'].lower()}"
     for path, dashboard in built(config).items():
         assert [link["url"] for link in dashboard["links"] if link["type"] == "link"] == [url], path
+
+
+def test_a_runbook_url_holding_grafana_variable_syntax_is_linked_as_written_not_expanded(example):
+    # Grafana expands $name, ${name} and [[name]] in a link's URL; percent-encoded, the server reads the same page.
+    url = "https://wiki.example.com/ops/$node/${job}/[[model]]/a$/b[c"
+    config = with_alerting(example, runbook_url=url)
+    for path, dashboard in built(config).items():
+        (link,) = [link["url"] for link in dashboard["links"] if link["type"] == "link"]
+        assert link == "https://wiki.example.com/ops/%24node/%24{job}/%5B[model]]/a$/b[c", path
+        assert unquote(link) == url, path
+    assert alert(config, "PlimsollExporterAbsent")["annotations"]["runbook_url"] == f"{url}#plimsollexporterabsent"
 
 
 def test_exporter_job_is_what_the_absent_alert_and_the_daemons_panel_match(example):

@@ -67,3 +67,25 @@ def test_an_empty_password_file_is_the_targets_failure_not_an_empty_password(tmp
         password.write_text(content)
         failure = _failure(Target("t", "http://127.0.0.1:1/metrics", basic_auth=BasicAuth("ops", str(password))))
         assert failure == f"basic_auth.password_file {password}: empty (no password to send)"
+
+
+def test_a_secret_holding_a_line_break_or_control_character_within_is_refused_never_sent(tmp_path: Path):
+    # A line break would end the Authorization header and start another; the one a file ends with is no part of it.
+    secret = tmp_path / "secret"
+    for content in ("s3cret\nsecond line\n", "s3\x07cret", "s3cret\r\n\x00", "s3\tcret\n"):
+        secret.write_text(content)
+        token = Target("t", "http://127.0.0.1:1/metrics", bearer_token_file=str(secret))
+        password = Target("t", "http://127.0.0.1:1/metrics", basic_auth=BasicAuth("ops", str(secret)))
+        for target, field in ((token, "bearer_token_file"), (password, "basic_auth.password_file")):
+            failure = _failure(target)
+            assert failure == (
+                f"{field} {secret}: holds a line break or a control character: one line, the secret alone"
+            ), content
+            assert "s3" not in failure.removeprefix(f"{field} {secret}")
+
+
+def test_a_secret_file_ending_with_a_line_break_sends_the_secret_alone(tmp_path: Path):
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    headers = credential_headers(Target("t", "http://127.0.0.1:1/metrics", bearer_token_file=str(token)))
+    assert headers == {"Authorization": "Bearer s3cret"}

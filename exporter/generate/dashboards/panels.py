@@ -47,6 +47,7 @@ NEVER = g.StatValueMappings(
 # queries, and has no escape for them.
 _GRAFANA_VARIABLE = re.compile(r"\$(?=[\w{])|\[(?=\[)")
 _LOOK_ALIKE = {"$": "\uff04", "[": "\uff3b"}  # FULLWIDTH DOLLAR SIGN, FULLWIDTH LEFT SQUARE BRACKET
+_PERCENT_ENCODED = {"$": "%24", "[": "%5B"}  # what a web server reads as the character itself
 
 # A panel with its width and height on Grafana's 24-column grid, as `place` lays it out.
 Cell = tuple[g.Panel, int, int]
@@ -90,6 +91,12 @@ def shown_in_grafana(text: str) -> str:
     fence = "`" * (max(map(len, re.findall("`+", literal)), default=0) + 1)  # longer than any run of ` in the text
     pad = " " if literal.startswith("`") or literal.endswith("`") else ""
     return f"{fence}{pad}{literal}{pad}{fence}"
+
+
+def _literal_url(url: str) -> str:
+    """A URL from the config for a dashboard link, where Grafana expands variables too: each "$" or "[" that would
+    start one percent-encoded (a look-alike, as shown_in_grafana writes, would lead to another page)."""
+    return _GRAFANA_VARIABLE.sub(lambda match: _PERCENT_ENCODED[match.group()], url)
 
 
 def query(expr: str, legend: str = "", ref: str = "A", *, instant: bool = False, table: bool = False) -> PromTarget:
@@ -288,7 +295,7 @@ def dashboard(uid: str, title: str, description: str, panels: list[g.Panel], run
             g.DashboardLink(
                 title="Runbook",
                 type="link",
-                uri=runbook_url,
+                uri=_literal_url(runbook_url),
                 tooltip="What each Plimsoll alert means and what to do",
                 targetBlank=True,
                 keepTime=False,
