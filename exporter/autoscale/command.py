@@ -262,7 +262,6 @@ def _tuned(
 def _write(out: Path, document: Mapping[str, Any]) -> list[Path]:
     """result.json and report.html, both or neither: a new result beside an earlier run's report would disagree
     with it."""
-    out.mkdir(parents=True, exist_ok=True)
     files = {out / RESULT_FILE: result_text(document), out / REPORT_FILE: render_report(document)}
     write_all_or_none(files)
     return list(files)

@@ -29,7 +29,7 @@ from exporter.cli_args import EXIT_INTERRUPTED
 from exporter.config import redact_url
 from exporter.core import status_format
 from exporter.display import plain, shown
-from exporter.files import read_capped
+from exporter.files import read_secret
 from exporter.sources import http
 from exporter.status.defaults import DEFAULT_URL, PASSWORD_ENV
 
@@ -431,11 +431,7 @@ def _authorization(args: argparse.Namespace) -> str | None:
             raise ValueError("--password-file: needs --basic-auth-user")
         return None
     if args.password_file:
-        data = read_capped(args.password_file, http.MAX_SECRET_BYTES, "--password-file", "not a password")
-        try:
-            password = data.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError:
-            raise ValueError(f"--password-file {args.password_file}: not UTF-8 text") from None
+        password = read_secret(args.password_file, http.MAX_SECRET_BYTES, "--password-file")
     elif PASSWORD_ENV in os.environ:
         password = os.environ[PASSWORD_ENV]
     else:

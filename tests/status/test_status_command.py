@@ -77,6 +77,15 @@ def test_a_password_file_that_is_a_pipe_or_a_device_is_refused_unread(tmp_path: 
         assert f"--password-file {path}: cannot read it (not a regular file)" in done.stderr
 
 
+def test_a_password_file_holding_a_line_break_within_is_refused_never_sent(tmp_path: Path):
+    """A second line would end the Authorization header and start another: refused before any request."""
+    secret = tmp_path / "password"
+    secret.write_text("hunter2\nX-Injected: yes\n")
+    done = run_status("http://127.0.0.1:1", "--basic-auth-user", "ops", "--password-file", str(secret))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "holds a line break or a control character" in done.stderr and "hunter2" not in done.stderr
+
+
 class _Terminal:
     """What a command wrote to the pty it runs on, read from the controller side with a deadline."""
 
