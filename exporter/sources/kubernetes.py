@@ -185,7 +185,7 @@ class PodDiscovery:
         self._environ = os.environ if environ is None else environ
         self._clock = clock
         self._next_refresh = -float("inf")
-        self._reported: set[str] = set()  # pod problems already logged
+        self._reported: set[str] = set()  # the last listing's pod problems, logged when they appeared
         self._failing = False
         self.targets: tuple[Target, ...] = ()
 
@@ -237,7 +237,11 @@ class PodDiscovery:
             log.info("kubernetes: listing pods %s works again", listed_where(self.settings))
             self._failing = False
         for problem in problems:
-            self._report(problem)
+            if problem not in self._reported:
+                log.warning("kubernetes: %s", problem)
+        # This listing's problems only: one still there is not logged again, and pods that churn under new names
+        # leave nothing behind.
+        self._reported = set(problems)
         if {t.name for t in found} != {t.name for t in self.targets}:
             log.info("kubernetes: %d engine pods %s", len(found), listed_where(self.settings))
         self.targets = tuple(found)
@@ -277,11 +281,6 @@ class PodDiscovery:
         if not self._failing:
             log.warning("kubernetes: %s", message)
         self._failing = True
-
-    def _report(self, message: str) -> None:
-        if message not in self._reported:
-            self._reported.add(message)
-            log.warning("kubernetes: %s", message)
 
 
 def _token(path: Path) -> str:

@@ -235,6 +235,27 @@ def test_a_failure_after_recovery_is_logged_again(caplog):
     assert [("HTTP 500" in m, "works again" in m) for m in messages] == [(True, False), (False, True), (True, False)]
 
 
+def test_a_pod_problem_is_logged_once_while_it_lasts_and_churning_pods_leave_none_behind(caplog):
+    api = FakeApiServer()
+    now = [0.0]
+    settings = KubernetesDiscovery(node=NODE, refresh_seconds=30.0, token_file="/nonexistent")
+    bad = {"plimsoll.io/port": "x"}
+
+    async def steps(discovery, session):
+        # The same bad pod twice, then ten replaced under new names, then the first back.
+        names = ["llama-0", "llama-0", *(f"llama-{n}" for n in range(1, 11)), "llama-0"]
+        for refresh, name in enumerate(names):
+            now[0], api.pods = 30.0 * refresh, pod_list(pod(name, annotations=bad))
+            await discovery.refresh(session)
+        return len(discovery._reported)
+
+    with caplog.at_level(logging.WARNING, logger="exporter.sources.kubernetes"):
+        kept = _discover(api, settings, steps, clock=lambda: now[0])
+    logged = [r.getMessage() for r in caplog.records if "not a TCP port" in r.getMessage()]
+    assert [m.split(":")[1].strip() for m in logged] == [f"pod inference/llama-{n}" for n in (0, *range(1, 11), 0)]
+    assert kept == 1
+
+
 def _names_listed(settings: KubernetesDiscovery, api: FakeApiServer) -> list[str]:
     async def steps(discovery, session):
         await discovery.refresh(session)
