@@ -14,13 +14,13 @@ def add_loadtest(commands: Subcommands) -> None:
         "loadtest",
         help="find the saturation point and the SLO knee, and thresholds from the lower",
         formatter_class=Formatter,
-        description="Drives an OpenAI-compatible server (streaming) with closed-loop concurrency 1, 2, 4, ... then "
-        "bisection, and finds two answers: the saturation point (where the engine's own metrics show it cannot "
-        "hold the load) and the SLO knee (the highest concurrency meeting the SLOs, judged by a sequential test). "
-        "Writes result.json, report.html and thresholds.yaml under --out. Exit 0 with an answer, 1 when the run "
-        "found none (what it measured is written) or could not run (the message says why; nothing is written), 2 "
-        "for bad input, 130 after Ctrl-C (what was measured is written). API key: PLIMSOLL_API_KEY or "
-        "--api-key-file.",
+        description="Drives an OpenAI-compatible server (streaming) with closed-loop concurrency rising from 1, or "
+        "from where the engine's reported KV pool still holds every request, then bisection, and finds two "
+        "answers: the saturation point (where the engine's own metrics show it cannot hold the load) and the SLO "
+        "knee (the highest concurrency meeting the SLOs, judged by a sequential test). Writes result.json, "
+        "report.html and thresholds.yaml under --out. Exit 0 with an answer, 1 when the run found none (what it "
+        "measured is written) or could not run (the message says why; nothing is written), 2 for bad input, 130 "
+        "after Ctrl-C (what was measured is written). API key: PLIMSOLL_API_KEY or --api-key-file.",
     )
     env_twin(p, "--url", "PLIMSOLL_LOADTEST_URL", help="the server's base URL, e.g. http://127.0.0.1:8000")
     env_twin(

@@ -639,8 +639,8 @@ async def run_step(
 
 
 async def one_request(settings: RunSettings, run: Run) -> RequestRecord | None:
-    """One request from the run's stream, sent alone and measured; None when Ctrl-C or SIGTERM came first (or the
-    client failed: the caller goes on without it)."""
+    """One request from the run's stream, sent alone and measured; None when Ctrl-C, SIGTERM or the run's time
+    limit came first (or the client failed: the caller goes on without it)."""
     request = next(run.work)
     exchange = asyncio.create_task(
         send(
@@ -655,7 +655,9 @@ async def one_request(settings: RunSettings, run: Run) -> RequestRecord | None:
         )
     )
     try:
-        await _wait_or_interrupt([exchange], run.interrupted)
+        with suppress(TimeoutError):
+            # The run's time limit bounds it as it bounds a step: --max-duration may be shorter than the request.
+            await asyncio.wait_for(_wait_or_interrupt([exchange], run.interrupted), run.deadline - time.monotonic())
     finally:
         if not exchange.done():
             exchange.cancel()

@@ -18,14 +18,14 @@ as it needs to be there, with no bisection (with no latency SLO to judge, the fi
 nothing but errors can fail past it). Past the first failing step it goes on at most to
 `SATURATION_SEARCH_PAST_FAIL` times it (the saturation point is then reported as not reached, if it was not). Each
 bracket is then bisected, the lower one first, until it is within `tolerance` of its lower end (or one request); a
-bracket with nothing measured under it reaches down to 0, so a start that already failed or saturated is bisected
-down to 1 where need be. Where the engine saturated with its KV cache full, the first probes into its bracket are
-where the pool should run out by the KV usage measured under it (`_pool_guess`): right, they settle it in one or
-two steps instead of log2 of its width; wrong, they cost one or two steps before plain bisection goes on. Last, the
-operating point (the lower of the two answers, the one thresholds and autoscaling take) and the level above it are
-run again: a level passes only if every run of it passed, and is saturated if any run was. Where the runs disagree
-the answer is reported as a range. The search stops at a step the user or the time limit interrupted, keeping what
-it knew.
+bracket with nothing measured under it reaches down to 0, so a start that already failed or saturated, or queued
+at the maximum, is bisected down to 1 where need be. Where the engine saturated with its KV cache full, the first
+probes into its bracket are where the pool should run out by the KV usage measured under it (`_pool_guess`): right,
+they settle it in one or two steps instead of log2 of its width; wrong, they cost one or two steps before plain
+bisection goes on. Last, the operating point (the lower of the two answers, the one thresholds and autoscaling
+take) and the level above it are run again: a level passes only if every run of it passed, and is saturated if any
+run was. Where the runs disagree the answer is reported as a range. The search stops at a step the user or the time
+limit interrupted, keeping what it knew.
 
 What limited the run is whichever came first: saturation (`kv_cache` where the pool was full or the engine
 preempted, else `saturation`), or the first failing step, read in order of what would make the others misleading:
@@ -150,6 +150,15 @@ class _Levels:
     def unsaturated_below(self, level: float) -> float | None:
         return max((other for other in self.runs if other < level and not self.saturated(other)), default=None)
 
+    @property
+    def queued_alone(self) -> float | None:
+        """The one level run, where requests waited at it: a search that started at the maximum has nothing above it
+        to judge a throughput plateau by, nor under it to say where the queue began."""
+        if len(self.runs) != 1:
+            return None
+        ((level, runs),) = self.runs.items()
+        return level if any("queue" in run.engine_signals for run in runs) else None
+
 
 def _needs_split(low: float | None, high: float | None, tolerance: float) -> bool:
     return low is not None and high is not None and high - low > max(1.0, tolerance * low)
@@ -234,11 +243,17 @@ def _pool_prediction(levels: _Levels, below: float | None = None) -> int | None:
 
 def _pool_guess(levels: _Levels) -> int | None:
     """Where the engine saturated with its KV cache full, where its pool should have run out by the usage measured
-    under it; else None."""
+    under it; with no usage measured under it (a start from the pool that saturated already), one past the requests
+    the engine ran there, the ones its pool held. Else None."""
     saturation = levels.saturation
     if saturation is None or "kv_full" not in levels.signals(saturation):
         return None
-    return _pool_prediction(levels, below=saturation)
+    predicted = _pool_prediction(levels, below=saturation)
+    if predicted is not None:
+        return predicted
+    running = levels.last(saturation).requests_running
+    # The mean lies a little under what the pool holds: requests end and the next start between samples.
+    return None if running is None else min(math.ceil(running) + 1, int(saturation))
 
 
 def _past_saturation(level: float) -> int:
@@ -276,6 +291,8 @@ def _next_bisection(levels: _Levels, tolerance: float, pool_guess: int | None) -
     saturation, knee = levels.saturation, levels.knee
     if saturation is not None:
         brackets.append((levels.unsaturated_below(saturation) or 0, saturation, tolerance))
+    elif (queued := levels.queued_alone) is not None:
+        brackets.append((0, queued, tolerance))  # the saturation point may lie under it: bisected down to it
     past_saturation = saturation is not None and knee is not None and knee >= saturation
     brackets.append(
         (knee or 0, levels.lowest_fail, max(tolerance, PAST_SATURATION_TOLERANCE) if past_saturation else tolerance)

@@ -83,13 +83,17 @@ async def run_steps(settings: runner.RunSettings, search: SearchSettings, progre
             elif search.levels:
                 found = await _fixed(stepper, [(level, None) for level in search.levels])
             else:
-                found = await find_knee(
-                    stepper.step,
-                    search.max_concurrency,
-                    search.tolerance,
-                    latency_slos=search.slos.judges_latency,
-                    start=await stepper.search_start(),
-                )
+                start = await stepper.search_start(search.max_concurrency)
+                if stepper.cut_short():
+                    found = conclude([], interrupted=True)
+                else:
+                    found = await find_knee(
+                        stepper.step,
+                        search.max_concurrency,
+                        search.tolerance,
+                        latency_slos=search.slos.judges_latency,
+                        start=start,
+                    )
         notes.extend(stepper.notes)
         notes.extend(_step_notes(found.steps))
         if stepper.stopped_by_time_limit:
@@ -147,14 +151,15 @@ class _Stepper:
         self.stopped_by_time_limit = False
         self.lifetime_alone = 0.0  # seconds a request took with nothing else in flight, where one was measured
 
-    async def search_start(self) -> int:
+    async def search_start(self, max_concurrency: int) -> int:
         """Where the search starts: 1, or, on an engine that reports its KV pool and a workload whose requests are
-        all one length, where one request measured alone says the pool still holds every request (`pool_start`):
-        what a step at 1 would have told the search, in one request's time. Its lifetime stands in for that
-        step's as the first step's warm-up."""
+        all one length, where one request measured alone says the pool still holds every request (`pool_start`),
+        at most `max_concurrency`: what a step at 1 would have told the search, in one request's time. Its lifetime
+        stands in for that step's as the first step's warm-up."""
         engine, workload = self.run.engine, self.settings.workload
         if (
-            engine.capacity_tokens is None
+            max_concurrency == 1
+            or engine.capacity_tokens is None
             or not isinstance(workload, SyntheticWorkload)
             or not workload.fixed_lengths
             or self.settings.allow_short_answers  # an answer may stop early: one request's length is not all's
@@ -162,15 +167,27 @@ class _Stepper:
             return 1
         alone = await runner.one_request(self.settings, self.run)
         if alone is None or alone.e2e_seconds is None or alone.prompt_tokens is None or alone.output_tokens is None:
+            if alone is not None:
+                why = alone.error or "the server reported no token counts"
+                self.progress.message(f"one request sent alone failed ({why}): the search starts at concurrency 1")
             return 1
         self.lifetime_alone = alone.e2e_seconds
         footprint = alone.prompt_tokens + alone.output_tokens
-        start = pool_start(engine.capacity_tokens, engine.block_size, footprint)
+        held = pool_start(engine.capacity_tokens, engine.block_size, footprint)
+        start = min(held, max_concurrency)
         self.progress.message(
             f"one request alone holds {footprint} tokens of the engine's {engine.capacity_tokens}-token KV pool: "
             f"the search starts at concurrency {start}"
+            + (f" (--max-concurrency; the pool holds {held})" if start < held else "")
         )
         return start
+
+    def cut_short(self) -> bool:
+        """Whether Ctrl-C, SIGTERM or the run's time limit came while one request was measured alone: the run ends
+        before its first step, which would send after them."""
+        if self.clock() >= self.run.deadline and not self.run.interrupted.is_set():
+            self.stopped_by_time_limit = True
+        return self.stopped_by_time_limit or self.run.interrupted.is_set()
 
     async def step(self, concurrency: int, offered_rate: float | None = None) -> StepSummary:
         """A closed-loop step at `concurrency`, or with `offered_rate` an open-loop one capped at it."""

@@ -277,6 +277,103 @@ def test_the_search_starts_where_the_engine_s_pool_still_holds_every_request(
     assert started == (first == 39), captured.err
 
 
+SMALL_POOL_PAGE = IDLE_PAGE.replace('num_gpu_blocks="16384"', 'num_gpu_blocks="40"').replace(
+    'kv_cache_size_tokens="2097152"', 'kv_cache_size_tokens="5120"'
+)
+
+
+def test_a_start_above_the_maximum_concurrency_is_said_and_run_at_the_maximum(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ("--max-concurrency", "8", "--out", str(tmp_path), "--format", "json")
+    with fake_server(Behaviour(itl_seconds=0.001, metrics_page=SMALL_POOL_PAGE)) as fake:
+        status = main(loadtest_args(fake.url, "ttft=500ms", *flags))
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert [step["concurrency"] for step in json.loads(captured.out)["steps"]] == [8]
+    assert "the search starts at concurrency 8 (--max-concurrency; the pool holds 39)" in captured.err, captured.err
+
+
+def test_a_maximum_of_one_sends_no_lone_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ("--max-concurrency", "1", "--out", str(tmp_path), "--format", "json")
+    with fake_server(Behaviour(itl_seconds=0.001, metrics_page=SMALL_POOL_PAGE)) as fake:
+        status = main(loadtest_args(fake.url, "ttft=500ms", *flags))
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "alone" not in captured.err  # where one is sent, what it held or why it failed is said
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "why"),
+    [
+        # The check at the start is the first request, the lone one the second: the server refuses it.
+        (Behaviour(itl_seconds=0.001, error_every=2, retry_after="1"), "http 503"),
+        (Behaviour(itl_seconds=0.001, usage=False), "the server reported no token counts"),
+    ],
+    ids=["refused", "no-usage"],
+)
+def test_a_lone_request_that_tells_nothing_starts_the_search_at_one_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], behaviour: Behaviour, why: str
+) -> None:
+    behaviour.metrics_page = SMALL_POOL_PAGE
+    flags = ("--max-concurrency", "2", "--out", str(tmp_path), "--format", "json")
+    with fake_server(behaviour) as fake:
+        main(loadtest_args(fake.url, "ttft=500ms", *flags))
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["steps"][0]["concurrency"] == 1
+    said = next((line for line in captured.err.splitlines() if "one request sent alone failed" in line), "")
+    assert why in said and said.endswith("the search starts at concurrency 1"), captured.err
+
+
+def test_the_time_limit_ends_a_lone_request_that_hangs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The check at the start is answered; the request sent alone to measure the pool's share hangs.
+    flags = ("--max-duration", "2s", "--request-timeout", "60s", "--out", str(tmp_path), "--format", "json")
+    started = time.monotonic()
+    with fake_server(Behaviour(itl_seconds=0.001, metrics_page=SMALL_POOL_PAGE, hang_after_requests=1)) as fake:
+        main(loadtest_args(fake.url, "ttft=500ms", *flags))
+        hung = fake.observed.hung
+    took = time.monotonic() - started
+    captured = capsys.readouterr()
+    assert took < 30, f"a 2 s run took {took:.0f} s: the lone request ran to its 60 s timeout"
+    # No step starts after the limit: nothing more is sent.
+    assert hung == 1, captured.err
+    result = json.loads(captured.out)
+    assert result["steps"] == [] and result["interrupted"] is False
+    assert "--max-duration 2s" in result["notes"][0], captured.out
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_during_the_lone_request_ends_the_run_before_any_step(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    out = tmp_path / "out"
+    flags = ("--out", str(out), "--request-timeout", "60s")
+    with fake_server(Behaviour(itl_seconds=0.001, metrics_page=SMALL_POOL_PAGE, hang_after_requests=1)) as fake:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "exporter", *loadtest_args(fake.url, "ttft=500ms", *flags)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_for(lambda: fake.observed.hung == 1 or process.poll() is not None, 30, "the lone request")
+            assert process.poll() is None, process.communicate()[1]
+            process.send_signal(stop)
+            _, stderr = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        sent = fake.observed.requests
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert sent == 2, "the check at the start and the lone request, nothing after the signal"
+    result = json.loads((out / "result.json").read_text())
+    assert result["interrupted"] is True and result["steps"] == []
+    assert (out / "report.html").is_file()
+
+
 def test_table_format_prints_every_step_and_the_knee(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with fake_server(Behaviour(itl_seconds=0.001)) as fake:
         status = main(loadtest_args(fake.url, "ttft=500ms", "--max-concurrency", "1", "--out", str(tmp_path)))

@@ -149,6 +149,18 @@ def test_a_start_past_the_saturation_point_is_bisected_down_to_it() -> None:
     assert (found.saturation.step.concurrency, found.saturation.below) == (truth, truth - 1)
 
 
+def test_a_start_at_the_maximum_on_a_batch_limited_engine_finds_the_saturation_point_under_it() -> None:
+    # 16 batch slots and a pool that holds far more than the maximum: the start is the maximum, where requests queue
+    # with the KV cache nearly empty, and with no level above it no throughput plateau can be judged there.
+    engine = SimulatedEngine(itl_base_seconds=0.02, max_batch=16)
+    from_one, from_max = search(engine, NO_SLO), search_from(engine, NO_SLO, MAX_CONCURRENCY)
+    assert from_one.saturation is not None and from_one.limited_by == "saturation"
+    assert from_max.saturation is not None, [step.concurrency for step in from_max.steps]
+    assert from_max.limited_by == "saturation"
+    assert from_max.saturation.step.concurrency == from_one.saturation.step.concurrency
+    assert from_max.saturation.below == from_one.saturation.below
+
+
 def test_a_start_whose_step_fails_finds_the_knee_under_it() -> None:
     engine, slos, _ = SHAPES["slo-limited"]
     true_knee, _ = brute_force_knee(engine, WORKLOAD, slos, MAX_CONCURRENCY, DURATION, WARMUP)
@@ -179,6 +191,28 @@ def test_a_level_that_fills_the_pool_without_a_queue_is_followed_by_one_more_req
     # and the confirmation.
     assert [step.concurrency for step in found.steps] == [15, 16, 20, 15, 16]
     assert found.saturation is not None and found.saturation.step.concurrency == 16
+
+
+def test_a_start_one_level_past_the_pool_probes_one_under_it_first() -> None:
+    # The pool holds 15; a request a block larger than the one measured alone put the start at 16, saturated.
+    slos = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.9)
+
+    async def run_step(concurrency: int) -> StepSummary:
+        run = StepRun(concurrency, 10.0, (), (), "unreachable", 0.001, None, 10.0, 0, 0)
+        signals = ("kv_full", "queue") if concurrency > 15 else ("kv_full",) if concurrency == 15 else ()
+        return dataclasses.replace(
+            summarize(run, slos),
+            passed=concurrency <= 16,
+            kv_cache_usage_ratio=0.97 * min(1.0, concurrency / 15),
+            requests_running=min(14.6, concurrency - 0.4),
+            engine_signals=signals,
+        )
+
+    found = asyncio.run(find_knee(run_step, 32, TOLERANCE, latency_slos=True, start=16))
+    # 15 next (14.6 requests ran at 16: the pool holds 15), not a bisection from 0 (8, 12, 14, 15): three levels
+    # fewer.
+    assert [step.concurrency for step in found.steps] == [16, 20, 15, 15, 16]
+    assert found.saturation is not None and (found.saturation.step.concurrency, found.saturation.below) == (16, 15)
 
 
 def test_no_knee_when_every_level_down_to_one_fails_from_a_higher_start() -> None:
@@ -309,7 +343,12 @@ def _true_knee(levels: range) -> int:
     return meeting[-1]
 
 
-def test_over_20_seeds_the_knee_is_within_one_bisection_step_of_the_truth_and_never_15_percent_above() -> None:
+# From 1; from where the pool holds the mean request, less a block (19); from the maximum, as an engine whose pool
+# is reported ten times too large, or that runs out of batch slots first, starts.
+@pytest.mark.parametrize("start", [1, pool_start(400 * 16, 16, 320), 64])
+def test_over_20_seeds_the_knee_is_within_one_bisection_step_of_the_truth_and_never_15_percent_above(
+    start: int,
+) -> None:
     truth = _true_knee(range(14, 28))
     knees = []
     for seed in range(SEEDS):
@@ -319,6 +358,7 @@ def test_over_20_seeds_the_knee_is_within_one_bisection_step_of_the_truth_and_ne
                 64,
                 TOLERANCE,
                 latency_slos=True,
+                start=start,
             )
         )
         assert found.knee is not None
