@@ -342,6 +342,27 @@ def test_the_time_limit_ends_a_lone_request_that_hangs(tmp_path: Path, capsys: p
     assert "--max-duration 2s" in result["notes"][0], captured.out
 
 
+def _stopped(args: list[str], ready: Callable[[], bool], what: str, stop: signal.Signals) -> tuple[int, str, str]:
+    """Run `plimsoll` with `args` as a process, send it `stop` once `ready()` holds: its exit status, stdout, stderr."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "exporter", *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: ready() or process.poll() is not None, 30, what)
+        assert process.poll() is None, process.communicate()[1]
+        process.send_signal(stop)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return process.returncode, stdout, stderr
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_during_the_lone_request_ends_the_run_before_any_step(
     tmp_path: Path, stop: signal.Signals
@@ -349,24 +370,11 @@ def test_ctrl_c_or_sigterm_during_the_lone_request_ends_the_run_before_any_step(
     out = tmp_path / "out"
     flags = ("--out", str(out), "--request-timeout", "60s")
     with fake_server(Behaviour(itl_seconds=0.001, metrics_page=SMALL_POOL_PAGE, hang_after_requests=1)) as fake:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "exporter", *loadtest_args(fake.url, "ttft=500ms", *flags)],
-            cwd=REPO_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        status, _, stderr = _stopped(
+            loadtest_args(fake.url, "ttft=500ms", *flags), lambda: fake.observed.hung == 1, "the lone request", stop
         )
-        try:
-            wait_for(lambda: fake.observed.hung == 1 or process.poll() is not None, 30, "the lone request")
-            assert process.poll() is None, process.communicate()[1]
-            process.send_signal(stop)
-            _, stderr = process.communicate(timeout=30)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
         sent = fake.observed.requests
-    assert process.returncode == 130, stderr
+    assert status == 130, stderr
     assert "Traceback" not in stderr
     assert sent == 2, "the check at the start and the lone request, nothing after the signal"
     result = json.loads((out / "result.json").read_text())
@@ -406,28 +414,9 @@ def test_ctrl_c_or_sigterm_writes_the_partial_result_and_exits_130(tmp_path: Pat
     # SIGTERM is how Kubernetes and systemd stop a job: it must not lose the run any more than Ctrl-C does.
     out = tmp_path / "out"
     with fake_server(Behaviour(itl_seconds=0.001)) as fake:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                *loadtest_args(fake.url, "ttft=500ms", "--out", str(out), "--step-duration", "60s", "--warmup", "0s"),
-            ],
-            cwd=REPO_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            wait_for(lambda: fake.observed.requests > 20 or process.poll() is not None, 30, "load reaching the fake")
-            assert process.poll() is None, process.communicate()[1]
-            process.send_signal(stop)
-            stdout, stderr = process.communicate(timeout=30)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-    assert process.returncode == 130, stderr
+        args = loadtest_args(fake.url, "ttft=500ms", "--out", str(out), "--step-duration", "60s", "--warmup", "0s")
+        status, stdout, stderr = _stopped(args, lambda: fake.observed.requests > 20, "load reaching the fake", stop)
+    assert status == 130, stderr
     assert "Traceback" not in stderr
     result = json.loads((out / "result.json").read_text())
     assert result["interrupted"] is True

@@ -171,22 +171,23 @@ def test_a_start_whose_step_fails_finds_the_knee_under_it() -> None:
     assert abs(found.knee.concurrency - true_knee) <= max(1, TOLERANCE * true_knee)
 
 
-def test_a_level_that_fills_the_pool_without_a_queue_is_followed_by_one_more_request() -> None:
-    # vLLM's pool of 15 requests: at 15 its KV cache is full and nothing waits; from 16, requests queue; the SLO
-    # holds to 16.
+async def _pool_of_15(concurrency: int) -> StepSummary:
+    """vLLM's pool of 15 requests: at 15 its KV cache is full and nothing waits; from 16, requests queue (14.6 run
+    on average: requests end and the next start between samples); the SLO holds to 16."""
     slos = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.9)
+    run = StepRun(concurrency, 10.0, (), (), "unreachable", 0.001, None, 10.0, 0, 0)
+    signals = ("kv_full", "queue") if concurrency > 15 else ("kv_full",) if concurrency == 15 else ()
+    return dataclasses.replace(
+        summarize(run, slos),
+        passed=concurrency <= 16,
+        kv_cache_usage_ratio=0.97 * min(1.0, concurrency / 15),
+        requests_running=min(14.6, concurrency - 0.4),
+        engine_signals=signals,
+    )
 
-    async def run_step(concurrency: int) -> StepSummary:
-        run = StepRun(concurrency, 10.0, (), (), "unreachable", 0.001, None, 10.0, 0, 0)
-        signals = ("kv_full", "queue") if concurrency > 15 else ("kv_full",) if concurrency == 15 else ()
-        return dataclasses.replace(
-            summarize(run, slos),
-            passed=concurrency <= 16,
-            kv_cache_usage_ratio=0.97 * min(1.0, concurrency / 15),
-            engine_signals=signals,
-        )
 
-    found = asyncio.run(find_knee(run_step, 32, TOLERANCE, latency_slos=True, start=15))
+def test_a_level_that_fills_the_pool_without_a_queue_is_followed_by_one_more_request() -> None:
+    found = asyncio.run(find_knee(_pool_of_15, 32, TOLERANCE, latency_slos=True, start=15))
     # 16 next (doubling to 30 and bisecting back took three levels more), a quarter above it where the SLO fails,
     # and the confirmation.
     assert [step.concurrency for step in found.steps] == [15, 16, 20, 15, 16]
@@ -194,23 +195,9 @@ def test_a_level_that_fills_the_pool_without_a_queue_is_followed_by_one_more_req
 
 
 def test_a_start_one_level_past_the_pool_probes_one_under_it_first() -> None:
-    # The pool holds 15; a request a block larger than the one measured alone put the start at 16, saturated.
-    slos = SloSpec(ttft_seconds=0.5, itl_seconds=None, objective=0.9)
-
-    async def run_step(concurrency: int) -> StepSummary:
-        run = StepRun(concurrency, 10.0, (), (), "unreachable", 0.001, None, 10.0, 0, 0)
-        signals = ("kv_full", "queue") if concurrency > 15 else ("kv_full",) if concurrency == 15 else ()
-        return dataclasses.replace(
-            summarize(run, slos),
-            passed=concurrency <= 16,
-            kv_cache_usage_ratio=0.97 * min(1.0, concurrency / 15),
-            requests_running=min(14.6, concurrency - 0.4),
-            engine_signals=signals,
-        )
-
-    found = asyncio.run(find_knee(run_step, 32, TOLERANCE, latency_slos=True, start=16))
-    # 15 next (14.6 requests ran at 16: the pool holds 15), not a bisection from 0 (8, 12, 14, 15): three levels
-    # fewer.
+    # A request a block larger than the one measured alone put the start at 16, saturated.
+    found = asyncio.run(find_knee(_pool_of_15, 32, TOLERANCE, latency_slos=True, start=16))
+    # 15 next (14.6 requests ran at 16), not a bisection from 0 (8, 12, 14, 15): three levels fewer.
     assert [step.concurrency for step in found.steps] == [16, 20, 15, 15, 16]
     assert found.saturation is not None and (found.saturation.step.concurrency, found.saturation.below) == (16, 15)
 
