@@ -50,8 +50,8 @@ def resolve(target: Target) -> TargetCatalog:
 
 # What the plan refuses outright (as opposed to a deployment that plans but does not fit).
 _UNPLANNABLE = (PlanError, DtypeError, KvDtypeError, QuantizationError)
-# Stands in for the GPU when the config names none: the daemon learns it from NVML, check-config cannot, so only
-# the plan's refusals are judged, not whether the model fits.
+# Stands in for the GPU when none is known: check-config (which has no NVML) judges only the plan's refusals with
+# it, not whether the model fits, and the daemon plans a KV pool of a size given, which no GPU's memory changes.
 _UNKNOWN_GPU = GpuSpec("unknown", 0)
 
 
@@ -112,7 +112,7 @@ def model_plan(
     if gpu is None:
         if deployment.kv_cache_memory_bytes is None:
             return None
-        gpu = GpuSpec("unknown", 0)
+        gpu = _UNKNOWN_GPU
     try:
         return plan(arch, gpu, deployment)
     except _UNPLANNABLE:

@@ -58,6 +58,30 @@ def test_a_duration_without_a_unit_is_refused_with_the_fix(value, message):
         parse_duration(value)
 
 
+@pytest.mark.parametrize("value", [10**3999, "9" * 4000, 9e300], ids=["int", "text", "float"])
+def test_a_long_number_without_a_unit_is_quoted_once_and_cut_short(value):
+    with pytest.raises(ValueError, match="has no unit") as error:
+        parse_duration(value)
+    assert len(str(error.value)) < 200
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_duration_that_is_not_finite_is_refused_not_given_a_unit(value):
+    with pytest.raises(ValueError, match="is not a duration"):
+        parse_duration(value)
+
+
+def test_a_duration_too_long_for_a_float_is_refused_not_returned_as_infinity():
+    with pytest.raises(ValueError, match="too long a duration"):
+        parse_duration("9" * 400 + "s")
+
+
+def test_an_unknown_size_unit_is_quoted_cut_short():
+    with pytest.raises(ValueError, match="unknown unit") as error:
+        parse_size("5" + "x" * 100_000)
+    assert len(str(error.value)) < 400
+
+
 @pytest.mark.parametrize(
     ("value", "kind"), [(["5s"], "a list"), ({"s": 5}, "a map"), (True, "a boolean"), (None, "nothing")]
 )

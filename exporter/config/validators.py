@@ -11,9 +11,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from exporter.config.model import DEFAULT_PORT
-from exporter.core.units import parse_duration, value_kind
+from exporter.core.units import parse_duration, quoted, value_kind
 
-_SHOWN_CHARS = 80  # of a bad value quoted in a message: a 1 MiB label value is not repeated whole
+shown = quoted  # the name every config module quotes a bad value by
 _SHOWN_KEY_CHARS = 40  # of a key named in a field path, which a message may repeat more than once
 _SHOWN_PATH_CHARS = 200  # of a file's path: past any real one, and a mistyped value can be a megabyte
 _MAX_LABEL_VALUE_CHARS = 256
@@ -34,14 +34,6 @@ def redact_url(url: str) -> str:
     if "@" not in rest:
         return url
     return f"{scheme}***@{rest.rpartition('@')[2]}"
-
-
-def shown(value: Any) -> str:
-    """A bad value as a message quotes it: repr, cut short (text keeps its closing quote)."""
-    text = repr(value)
-    if len(text) <= _SHOWN_CHARS:
-        return text
-    return f"{text[:_SHOWN_CHARS]}...{text[-1] if isinstance(value, str) else ''}"
 
 
 def shown_key(key: Any) -> str:

@@ -40,9 +40,11 @@ def quantile(histogram: CumulativeHistogram, q: float) -> float | None:
     rank = q * histogram.count
     lower_bound, lower_count = 0.0, 0.0
     for bound, cumulative in histogram.buckets:
+        # The +Inf bucket: the largest finite bound is all we know. Whatever its count, as a torn scrape can read
+        # _count above it (requests that finished between the two lines), which is no observation past +Inf.
+        if math.isinf(bound):
+            return lower_bound
         if cumulative >= rank:
-            if math.isinf(bound):
-                return lower_bound  # the +Inf bucket: the largest finite bound is all we know
             if cumulative == lower_count:
                 return bound
             return lower_bound + (bound - lower_bound) * (rank - lower_count) / (cumulative - lower_count)

@@ -31,6 +31,9 @@ _SIZE_UNITS = {
     "gi": 1024**3,
     "ti": 1024**4,
 }
+# The longest bare number whose message repeats it twice ("5 has no unit: write 5s"); a longer one is quoted once,
+# cut short.
+_UNITLESS_CHARS = 40
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
@@ -57,10 +60,15 @@ def value_kind(value: object) -> str:
     return type(value).__name__
 
 
-def _quoted(text: object) -> str:
-    """A bad value as a message quotes it, cut short: a megabyte of text is not repeated whole."""
-    shown = repr(text)
-    return shown if len(shown) <= 80 else f"{shown[:80]}...{shown[-1] if isinstance(text, str) else ''}"
+_QUOTED_CHARS = 80  # of a bad value quoted in a message: a 1 MiB label value is not repeated whole
+
+
+def quoted(value: object) -> str:
+    """A bad value as a message quotes it: repr, cut short (text keeps its closing quote)."""
+    text = repr(value)
+    if len(text) <= _QUOTED_CHARS:
+        return text
+    return f"{text[:_QUOTED_CHARS]}...{text[-1] if isinstance(value, str) else ''}"
 
 
 def parse_size(text: object) -> int:
@@ -71,22 +79,22 @@ def parse_size(text: object) -> int:
         try:
             value, unit = float(text), ""
         except OverflowError:  # an integer of hundreds of digits, which YAML reads whole
-            raise ValueError(f"{_quoted(text)} is too large a size") from None
+            raise ValueError(f"{quoted(text)} is too large a size") from None
     else:
         match = _SIZE.match(text)
         if match is None:
-            raise ValueError(f"{_quoted(text)} is not a size (expected e.g. 80GiB, 80GB, 81920MiB or bytes)")
+            raise ValueError(f"{quoted(text)} is not a size (expected e.g. 80GiB, 80GB, 81920MiB or bytes)")
         value, unit = float(match.group(1)), match.group(2).lower()
     if unit not in _SIZE_UNITS:
         raise ValueError(
-            f"{_quoted(text)} has an unknown unit {unit!r} "
+            f"{quoted(text)} has an unknown unit {quoted(unit)} "
             "(use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB, or Kubernetes' G, Gi)"
         )
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{_quoted(text)} is not a non-negative size")
+        raise ValueError(f"{quoted(text)} is not a non-negative size")
     size = value * _SIZE_UNITS[unit]
     if not math.isfinite(size):  # 1e308GiB: a finite number, but its bytes are beyond what a float holds
-        raise ValueError(f"{_quoted(text)} is too large a size")
+        raise ValueError(f"{quoted(text)} is too large a size")
     return round(size)
 
 
@@ -94,16 +102,27 @@ def parse_duration(text: object) -> float:
     """Seconds from Prometheus-style durations ("500ms", "15m", "1h30m"). A bare number is refused: whether "5"
     meant seconds or minutes is exactly the mistake nobody notices until an alert fires late."""
     if isinstance(text, int | float) and not isinstance(text, bool):
-        raise ValueError(f"{text} has no unit: write {text}s")
+        if isinstance(text, float) and not math.isfinite(text):
+            raise ValueError(f"{text} is not a duration (expected e.g. 500ms, 5s, 15m, 1h30m)")
+        raise _no_unit(repr(text))
     if not isinstance(text, str):
         raise ValueError(f"expected a duration such as 5s, got {value_kind(text)}")
     stripped = text.strip()
-    if len(stripped) <= 40 and re.fullmatch(r"[0-9]*\.?[0-9]+", stripped):  # a longer one is quoted cut short, below
-        raise ValueError(f"{stripped} has no unit: write {stripped}s")
+    if re.fullmatch(r"[0-9]*\.?[0-9]+", stripped):
+        raise _no_unit(stripped)
     parts = _DURATION_PART.findall(stripped)
     if not parts or "".join(number + unit for number, unit in parts) != stripped:
-        raise ValueError(f"{_quoted(text)} is not a duration (expected e.g. 500ms, 5s, 15m, 1h30m)")
-    return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+        raise ValueError(f"{quoted(text)} is not a duration (expected e.g. 500ms, 5s, 15m, 1h30m)")
+    seconds = sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+    if not math.isfinite(seconds):  # "9999...9s", hundreds of digits: more seconds than a float holds
+        raise ValueError(f"{quoted(text)} is too long a duration")
+    return seconds
+
+
+def _no_unit(number: str) -> ValueError:
+    if len(number) <= _UNITLESS_CHARS:
+        return ValueError(f"{number} has no unit: write {number}s")
+    return ValueError(f"{quoted(number)} has no unit (expected e.g. 500ms, 5s, 15m, 1h30m)")
 
 
 _FORMATTED_UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001))

@@ -1,6 +1,7 @@
 """Headroom from what a page says, however odd: a real vLLM capture edited as a broken or hostile engine would send
 it gives headroom or None, never an exception (which marked the whole target down as an error)."""
 
+import math
 import re
 
 import pytest
@@ -49,3 +50,21 @@ def test_the_recorded_page_fits_whole_requests():
     )
     assert room.footprint_mean_tokens is not None and room.headroom_requests_mean is not None
     assert room.headroom_requests_mean == 4096 // room.footprint_mean_tokens
+
+
+def test_a_count_above_the_inf_bucket_leaves_the_p95_at_the_largest_finite_bound():
+    # A torn scrape: 8 more requests finished between the +Inf bucket's line and _count's.
+    page = PAGE.replace(
+        'vllm:request_prompt_tokens_count{engine="0",model_name="tiny-llama"} 12.0',
+        'vllm:request_prompt_tokens_count{engine="0",model_name="tiny-llama"} 20.0',
+    )
+    (reading,) = read_page(page).readings
+    assert reading.request_prompt_tokens is not None and reading.request_prompt_tokens.count == 20
+    room = headroom(
+        reading.kv_cache_usage_ratio,
+        reading.kv_cache_capacity_tokens,
+        reading.request_prompt_tokens,
+        reading.request_generation_tokens,
+    )
+    assert room.footprint_p95_tokens is not None and math.isfinite(room.footprint_p95_tokens)
+    assert room.headroom_requests_p95 is not None and room.headroom_requests_p95 > 0
