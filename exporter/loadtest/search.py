@@ -6,8 +6,8 @@ Two answers come from the same steps:
 - the *saturation point*: the lowest concurrency at which the engine could not hold the load it was offered, by
   its own metrics: a queue that persists while the KV cache is at its ceiling, or preemptions
   (`StepSummary.engine_saturated`); or a queue while the throughput has plateaued (within `PLATEAU_SHARE` of the
-  most that any higher concurrency reached), which is how a batch-slot limit shows. The throughput plateau is a
-  signal of its own: the step's throughput within `PLATEAU_SHARE` of the most reached at or above it.
+  median throughput of the higher concurrencies measured), which is how a batch-slot limit shows. The throughput
+  plateau is a signal of its own, judged the same way.
 
 The rise starts at 1, or where the engine's reported KV pool says it still holds every request (`pool_start`): on
 a KV-limited engine that is one level under the saturation point, so concurrency 1 and the doublings under the
@@ -34,6 +34,7 @@ the SLO that lost most requests.
 """
 
 import math
+import statistics
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -47,7 +48,9 @@ Signal = Literal["throughput_plateau", "kv_full", "queue", "preemptions"]
 DEFAULT_TOLERANCE = 0.1
 # Above this event-loop lag the load generator was sending late: the offered load was not what it claims.
 CLIENT_LAG_LIMIT_SECONDS = 0.050
-# Throughput within this share of the most any higher concurrency reached is a plateau: more load bought nothing.
+# Throughput within this share of the median of the higher concurrencies' is a plateau: more load bought nothing.
+# The median, not the most: a step that failed its SLOs ends early, and a short window's throughput is lumpy
+# (requests finish in batches), so the highest of several steps is an outlier that would hide the plateau under it.
 PLATEAU_SHARE = 0.05
 
 # Past the first failing step, doubling goes on looking for the saturation point up to this multiple of it: an
@@ -124,7 +127,7 @@ class _Levels:
 
     def plateau(self, level: float) -> bool:
         above = [self.throughput(other) for other in self.runs if other > level]
-        return bool(above) and self.throughput(level) >= (1 - PLATEAU_SHARE) * max(above)
+        return bool(above) and self.throughput(level) >= (1 - PLATEAU_SHARE) * statistics.median(above)
 
     def signals(self, level: float) -> tuple[Signal, ...]:
         seen = {signal for run in self.runs[level] for signal in run.engine_signals}

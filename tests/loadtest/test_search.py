@@ -161,6 +161,21 @@ def test_a_start_at_the_maximum_on_a_batch_limited_engine_finds_the_saturation_p
     assert from_max.saturation.below == from_one.saturation.below
 
 
+@pytest.mark.parametrize("start", [1, MAX_CONCURRENCY])
+def test_a_latency_slo_does_not_move_the_saturation_point_of_a_batch_limited_engine(start: int) -> None:
+    # 16 batch slots: the 17th request waits and the throughput is flat from there on. With a TTFT objective the
+    # steps over it fail and end early, and a short window's throughput is lumpy (16 requests finish together):
+    # 11.6 requests/s at 20 against 8.9 over a whole step. One such step must not hide the plateau under it.
+    engine = SimulatedEngine(itl_base_seconds=0.02, max_batch=16)
+    slos = SloSpec(ttft_seconds=0.5, itl_seconds=0.06, objective=0.99)
+    for found in (search_from(engine, NO_SLO, start), search_from(engine, slos, start)):
+        assert found.saturation is not None, [step.concurrency for step in found.steps]
+        assert (found.saturation.step.concurrency, found.saturation.below) == (17, 16), [
+            (step.concurrency, round(step.request_rate, 2)) for step in found.steps
+        ]
+        assert found.saturation.signals == ("throughput_plateau", "queue")
+
+
 def test_a_start_whose_step_fails_finds_the_knee_under_it() -> None:
     engine, slos, _ = SHAPES["slo-limited"]
     true_knee, _ = brute_force_knee(engine, WORKLOAD, slos, MAX_CONCURRENCY, DURATION, WARMUP)
