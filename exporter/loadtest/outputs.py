@@ -114,8 +114,7 @@ def result_document(run: RunResult) -> dict[str, Any]:
 def write_outputs(out_dir: Path, run: RunResult, saved_requests: tuple[Path, str] | None = None) -> WrittenOutputs:
     """result.json, report.html, (where something was measured) thresholds.yaml and `saved_requests` (its path and
     `requests_text`), all of them or none: a file that cannot be written leaves the earlier run's set as it was,
-    never a new result beside an old report or old requests."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    never a new result beside an old report or old requests, and no folder made for them."""
     document = result_document(run)
     result_path, report_path = out_dir / RESULT_FILE, out_dir / REPORT_FILE
     fragment = run.thresholds.fragment()
@@ -131,7 +130,6 @@ def write_outputs(out_dir: Path, run: RunResult, saved_requests: tuple[Path, str
     }
     if saved_requests is not None:
         path, text = saved_requests
-        path.parent.mkdir(parents=True, exist_ok=True)
         texts[path] = text
     write_all_or_none(texts)
     return WrittenOutputs(

@@ -498,6 +498,20 @@ def test_a_report_that_cannot_be_written_leaves_the_previous_runs_outputs_untouc
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "result.json", "thresholds.yaml"]
 
 
+def test_a_run_that_cannot_write_leaves_no_folder_it_made_for_its_outputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    (out / "report.html").mkdir(parents=True)  # in the way of the new report
+    saved = tmp_path / "new" / "deeper" / "requests.csv"
+    with fake_server(Behaviour(itl_seconds=0.001)) as fake:
+        args = loadtest_args(fake.url, "ttft=500ms", "--max-concurrency", "1", "--out", str(out))
+        status = main([*args, "--save-requests", str(saved)])
+    assert status == 1, capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["report.html"]
+
+
 AUTOSCALED = """\
 saturation:
   kv_usage: 0.8
