@@ -185,9 +185,14 @@ class _Stepper:
     def cut_short(self) -> bool:
         """Whether Ctrl-C, SIGTERM or the run's time limit came while one request was measured alone: the run ends
         before its first step, which would send after them."""
+        return self._time_limit_spent() or self.run.interrupted.is_set()
+
+    def _time_limit_spent(self) -> bool:
+        """Whether the run's time limit is spent while the user let it run: that ends the search like Ctrl-C, but
+        it is said in a note and the exit status stays the answer's."""
         if self.clock() >= self.run.deadline and not self.run.interrupted.is_set():
             self.stopped_by_time_limit = True
-        return self.stopped_by_time_limit or self.run.interrupted.is_set()
+        return self.stopped_by_time_limit
 
     async def step(self, concurrency: int, offered_rate: float | None = None) -> StepSummary:
         """A closed-loop step at `concurrency`, or with `offered_rate` an open-loop one capped at it."""
@@ -207,11 +212,8 @@ class _Stepper:
         self.notes.extend(_client_notes(step_run))
         summary = summarize(step_run, slos)
         self.runs.append(step_run)
-        if self.clock() >= self.run.deadline and not step_run.interrupted:
-            # The time limit cut this step short: it ends the search like Ctrl-C, but the run was not interrupted by
-            # the user, so it is said in a note and the exit status stays the answer's.
-            self.stopped_by_time_limit = True
-            summary = replace(summary, interrupted=True)
+        if not step_run.interrupted and self._time_limit_spent():
+            summary = replace(summary, interrupted=True)  # the time limit cut this step short
         self.summaries.append(summary)
         self.progress.step_finished(summary)
         self.notes.extend(_traffic_notes(summary, self.run.baseline_load))
