@@ -126,7 +126,9 @@ def _refuse_a_directory(path: Path) -> None:
 def _flushed_beside(path: Path, text: str, mode: int) -> str:
     """The name of a new temporary file beside `path` holding `text`, on disk (fsync: a power loss after the
     rename must not leave an empty file under the new name)."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    # The name kept in the prefix is cut short: mkstemp adds a dot and eight characters to it, and a file name near
+    # the 255-byte limit would otherwise have no temporary to be written through.
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)

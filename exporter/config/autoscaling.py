@@ -36,6 +36,7 @@ _WORKLOAD_FIELDS = (
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 # A Kubernetes object name (DNS-1123 subdomain).
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NAME_MOST = 255 - len("-scaledobject.yaml")
 _MODEL_LABEL = label_value("the model label its engine series carry, such as meta-llama/Llama-3.1-8B-Instruct")
 # The generated HPA's and ScaledObject's replica counts are int32 in the Kubernetes API: past that, it refuses them.
 _REPLICAS = positive_int_at_most(2**31 - 1)
@@ -59,11 +60,16 @@ def check_model_labels(section: AutoscalingConfig) -> None:
         raise ConfigError(problems)
 
 
-def _kubernetes_name(pattern: re.Pattern[str], what: str) -> Callable[[Any], str]:
+def _kubernetes_name(pattern: re.Pattern[str], what: str, most: int | None = None) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         text = text_value(what)(value)
         if not pattern.fullmatch(text):  # match() would let "$" take a trailing line break
             raise ValueError(f"{shown(text)} is not {what} (lowercase letters, digits and '-')")
+        if most is not None and len(text) > most:
+            raise ValueError(
+                f"{len(text)} characters is too long: at most {most}, as the scalers are written to "
+                "<name>-scaledobject.yaml and a file name holds at most 255"
+            )
         return text
 
     return check
@@ -77,7 +83,7 @@ def _workload(r: Reader, raw: Any, path: str) -> ScaledWorkload | None:
         if data.get(key) is None:
             r.fail(f"{p}{key}", "missing (every workload needs model, name, namespace and max_replicas)")
     model = r.convert(data, "model", p, _MODEL_LABEL, None)
-    name = r.convert(data, "name", p, _kubernetes_name(_OBJECT_NAME, "a Kubernetes object name"), None)
+    name = r.convert(data, "name", p, _kubernetes_name(_OBJECT_NAME, "a Kubernetes object name", _NAME_MOST), None)
     namespace = r.convert(data, "namespace", p, _kubernetes_name(KUBERNETES_NAMESPACE, "a Kubernetes namespace"), None)
     # At least 1: an HPA cannot scale to zero (without a feature gate), and an LLM replica takes minutes to start.
     min_replicas = r.convert(data, "min_replicas", p, _REPLICAS, 1)

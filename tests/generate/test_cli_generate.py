@@ -373,3 +373,23 @@ def test_check_writes_terminal_escapes_from_a_scaler_file_as_text(tmp_path, caps
         f"lint: {evil}: ScaledObject \\x1b]0;pwned\\x07\\x1b[2J: spec.minReplicaCount: min replicas 500 above max "
         "replicas 100: the scaler is refused or pinned"
     ]
+
+
+def test_a_workload_name_whose_scaler_file_name_would_not_fit_is_refused_and_the_longest_that_fits_is_written(
+    tmp_path, capsys
+):
+    config = tmp_path / "c.yaml"
+    longest = "a" * 237  # "-scaledobject.yaml" makes it 255 characters, the most a file name holds
+    for name in (longest, longest + "a"):
+        workload = {"model": "m", "name": name, "namespace": "b", "max_replicas": 2}
+        config.write_text(yaml.safe_dump({"autoscaling": {"workloads": [workload]}}))
+        out = tmp_path / f"out-{len(name)}"
+        code = main(["generate", "--config", str(config), "--out", str(out)])
+        err = capsys.readouterr().err
+        if name == longest:
+            assert code == 0, err
+            assert (out / SCALERS / f"{name}-scaledobject.yaml").is_file()
+        else:
+            assert code != 0 and "Traceback" not in err
+            assert "autoscaling.workloads[0].name: 238 characters is too long: at most 237" in err
+            assert not out.exists()
