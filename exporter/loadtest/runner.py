@@ -640,7 +640,8 @@ async def run_step(
 
 async def one_request(settings: RunSettings, run: Run) -> RequestRecord | None:
     """One request from the run's stream, sent alone and measured; None when Ctrl-C, SIGTERM or the run's time
-    limit came first (or the client failed: the caller goes on without it)."""
+    limit came first (or the client failed: the caller goes on without it). An answer with a Retry-After is waited
+    out (within the time limit) before returning, as a worker would: the first step would otherwise send at once."""
     request = next(run.work)
     exchange = asyncio.create_task(
         send(
@@ -664,7 +665,14 @@ async def one_request(settings: RunSettings, run: Run) -> RequestRecord | None:
             await asyncio.gather(exchange, return_exceptions=True)
     if exchange.cancelled() or exchange.exception() is not None:
         return None
-    return exchange.result()[0]
+    record, failure = exchange.result()
+    if failure is not None and failure.retry_after_seconds:
+        pause = asyncio.create_task(asyncio.sleep(min(failure.retry_after_seconds, run.deadline - time.monotonic())))
+        try:
+            await _wait_or_interrupt([pause], run.interrupted)
+        finally:
+            pause.cancel()
+    return record
 
 
 def arrival_gaps(rate: float, kind: str, seed: int) -> Iterator[float]:

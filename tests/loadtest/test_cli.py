@@ -325,6 +325,20 @@ def test_a_lone_request_that_tells_nothing_starts_the_search_at_one_and_says_why
     assert why in said and said.endswith("the search starts at concurrency 1"), captured.err
 
 
+def test_the_first_step_waits_out_the_retry_after_of_a_lone_request_the_server_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The check at the start is the first request, the lone one the second (refused, Retry-After 1), the first step's
+    # the third.
+    behaviour = Behaviour(itl_seconds=0.001, error_every=2, retry_after="1", metrics_page=SMALL_POOL_PAGE)
+    flags = ("--max-concurrency", "2", "--out", str(tmp_path), "--format", "json")
+    with fake_server(behaviour) as fake:
+        main(loadtest_args(fake.url, "ttft=500ms", *flags))
+        arrivals = fake.observed.arrivals
+    assert len(arrivals) > 2, capsys.readouterr().err
+    assert arrivals[2] - arrivals[1] >= 1.0
+
+
 def test_the_time_limit_ends_a_lone_request_that_hangs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The check at the start is answered; the request sent alone to measure the pool's share hangs.
     flags = ("--max-duration", "2s", "--request-timeout", "60s", "--out", str(tmp_path), "--format", "json")
