@@ -2,7 +2,8 @@
 and calls the chosen command's function.
 
 Exit codes: 0 an answer (a plan that does not fit is an answer), 2 bad input (the message says which flag,
-file or field, and what to do), 130 stopped by Ctrl-C.
+file or field, and what to do), 130 stopped by Ctrl-C; any other is a command's own (1 where `probe` or `status`
+could read nothing, as their --help says).
 """
 
 import argparse

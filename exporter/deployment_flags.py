@@ -222,6 +222,8 @@ class _FromEngineCommandLine(argparse.Action):
         values: str | Sequence[Any] | None,
         option_string: str | None = None,
     ) -> None:
+        if getattr(namespace, self.dest, None) is not None:  # else the second reads as contradicting a typed flag
+            parser.error("--from: given twice: give the one launch command the engine runs")
         try:
             command = parse_engine_command_line(str(values))
             settings = _read_engine_flags(command)

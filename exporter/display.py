@@ -10,9 +10,17 @@ server sent.
 from rich.text import Text
 
 # C0 controls (newline and tab included: every field shown is one line), DEL, C1 controls (NEL among them), the
-# Unicode line and paragraph separators (line breaks to YAML 1.1 and many terminals), and the bidirectional
-# embeddings, overrides and isolates.
-_UNSAFE = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *range(0x2028, 0x202F), *range(0x2066, 0x206A)]
+# Unicode line and paragraph separators (line breaks to YAML 1.1 and many terminals), the bidirectional
+# embeddings, overrides and isolates, and lone surrogates (JSON's "\ud800", or a file name's undecodable byte as
+# Python reads argv), which no terminal's encoding can write: printing one raised UnicodeEncodeError.
+_UNSAFE = [
+    *range(0x00, 0x20),
+    0x7F,
+    *range(0x80, 0xA0),
+    *range(0x2028, 0x202F),
+    *range(0x2066, 0x206A),
+    *range(0xD800, 0xE000),
+]
 _ESCAPES = {code: repr(chr(code))[1:-1] for code in _UNSAFE}
 
 

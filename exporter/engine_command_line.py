@@ -150,7 +150,8 @@ def parse_engine_command_line(text: str) -> EngineCommandLine:
     while i < len(rest):
         word = rest[i]
         if not word.startswith("-"):
-            raise EngineCommandLineError(f"unexpected {word!r}: expected a flag (the model goes first or in --model)")
+            where = "first or in --model" if engine == "vllm" else "in --model-path"  # `sglang serve` has no MODEL
+            raise EngineCommandLineError(f"unexpected {word!r}: expected a flag (the model goes {where})")
         flag, equals, inline_text = word.partition("=")
         inline = inline_text if equals else None
         if flag in _MODEL_FLAGS[engine]:

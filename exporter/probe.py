@@ -25,12 +25,12 @@ _HEADLINE = (
 
 
 def _is_url(source: str) -> bool:
-    return source.startswith(("http://", "https://"))
+    return source.lower().startswith(("http://", "https://"))  # a scheme is case-insensitive: HTTP:// is one too
 
 
 def _named(source: str) -> str:
-    """The source fit to print: a URL's password (aiohttp logs in with it) is masked."""
-    return redact_url(source) if _is_url(source) else source
+    """The source fit to print: a URL's password (aiohttp logs in with it) is masked, in any scheme's."""
+    return redact_url(source) if "://" in source else source
 
 
 def _too_large(source: str) -> str:
@@ -43,6 +43,12 @@ def _bounded(data: bytes, source: str) -> tuple[str | None, str | None]:
     return data.decode("utf-8", errors="replace"), None
 
 
+def _source(text: str) -> str:
+    if not text.strip():  # "" reads as no file named, in words that do not show it
+        raise argparse.ArgumentTypeError("empty: give an engine's metrics URL, a saved page, or - for stdin")
+    return text
+
+
 def _read_file(source: str) -> tuple[str | None, str | None]:
     """A saved page, read to the cap; a device or a pipe, which may never end, is refused."""
     try:
@@ -53,9 +59,19 @@ def _read_file(source: str) -> tuple[str | None, str | None]:
         return None, f"cannot read {source}: {error.strerror}"
 
 
+def _read_stdin() -> tuple[str | None, str | None]:
+    if sys.stdin is None:  # started with stdin closed (`<&-`): Python gives no stream at all
+        return None, "cannot read stdin: it is closed (pipe the page in, or give a URL or a file)"
+    try:
+        data = sys.stdin.buffer.read(MAX_PAGE_BYTES + 1)
+    except OSError as error:
+        return None, f"cannot read stdin: {error.strerror}"
+    return _bounded(data or b"", "stdin")  # None: a non-blocking stdin with nothing written to it yet
+
+
 async def _text(source: str, timeout: float) -> tuple[str | None, str | None]:
     if source == "-":
-        return _bounded(sys.stdin.buffer.read(MAX_PAGE_BYTES + 1), "stdin")
+        return _read_stdin()
     if _is_url(source):
         import aiohttp  # loads only for a URL: every other command, `plimsoll plan` included, starts without it
 
@@ -65,7 +81,11 @@ async def _text(source: str, timeout: float) -> tuple[str | None, str | None]:
             fetched = await fetch(session, source, timeout, MAX_PAGE_BYTES)
         if fetched.failure == "too_large":  # the daemon's words name its own setting, which probe does not read
             return None, _too_large(source)
+        if fetched.detail == "HTTP 401":  # probe has no credential flags: the URL is where a login goes
+            return None, "HTTP 401 Unauthorized (give the login in the URL: http://USER:PASSWORD@HOST:PORT/metrics)"
         return fetched.text, fetched.detail or fetched.failure
+    if "://" in source:  # ftp://, unix://, a typo of http://: a URL probe cannot fetch, not a file's name
+        return None, f"{_named(source)}: not an http:// or https:// URL (give an engine's metrics URL, a file, or -)"
     return _read_file(source)
 
 
@@ -128,7 +148,7 @@ def add_probe(commands: Subcommands) -> None:
         description="Fetches URL (or reads FILE, or - for stdin), detects the engine and prints the normalised "
         "reading. Exit 1 when nothing could be read (down, not a metrics page, unknown engine).",
     )
-    p.add_argument("source", metavar="URL|FILE")
+    p.add_argument("source", type=_source, metavar="URL|FILE")
     p.add_argument(
         "--engine", default="auto", choices=ENGINE_NAMES, help="force an engine vocabulary instead of detecting it"
     )

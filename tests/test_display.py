@@ -18,6 +18,7 @@ from exporter.display import plain, shown
         ("admin\u202egnp.exe", "admin\\u202egnp.exe"),  # right-to-left override
         ("a\u2028b\x85c", "a\\u2028b\\x85c"),  # line breaks to YAML 1.1
         ("\x00\x7f", "\\x00\\x7f"),
+        ("a\ud800b\udcff", "a\\ud800b\\udcff"),  # lone surrogates: no encoding writes them
         ("Llama-3.1-8B [fp8] ünïcode 模型", "Llama-3.1-8B [fp8] ünïcode 模型"),  # printable text is untouched
     ],
 )

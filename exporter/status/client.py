@@ -29,7 +29,7 @@ from exporter.cli_args import EXIT_INTERRUPTED
 from exporter.config import redact_url
 from exporter.core import status_format
 from exporter.display import plain, shown
-from exporter.files import read_secret
+from exporter.files import read_capped, read_secret
 from exporter.sources import http
 from exporter.status.defaults import DEFAULT_URL, PASSWORD_ENV
 
@@ -39,10 +39,18 @@ MAX_STATE_BYTES = 4 * 1024 * 1024
 # What a terminal can lay out in a second or two (rich takes about a millisecond a row).
 MAX_ROWS = 1_000
 MAX_CELL_CHARS = 200  # 1,000 rows of 4 kB errors were 17 MB of wrapped text
-MAX_HISTORY_POINTS = 1_000  # a daemon keeps daemon.HISTORY_POINTS (60) an instance
+MAX_HISTORY_POINTS = 1_000  # a daemon keeps HISTORY_POINTS (60, exporter/daemon/poll.py) an instance
+MAX_CA_BYTES = 4 << 20  # a CA bundle: the system's whole bundle is a few hundred kilobytes
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_POINTS = 20
 LEVEL_STYLES = {"at": "bold red", "near": "bold yellow", "ok": "", "none": "dim italic"}
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """`plimsoll status | head -1`: as for every command, the CLI ends it with exit 0 (rich's own ends it with
+        exit 1, this command's word for a daemon it cannot read)."""
+        raise BrokenPipeError
 
 
 class DaemonUnreadable(Exception):
@@ -65,7 +73,7 @@ class Request:
 
 def state_url(url: str) -> str:
     """The daemon's base URL (or its state URL) as the state document's URL."""
-    if not url.startswith(("http://", "https://")):
+    if not url.lower().startswith(("http://", "https://")):  # a scheme is case-insensitive
         raise ValueError(f"URL: {redact_url(url)!r} is not an http:// or https:// URL (e.g. {DEFAULT_URL})")
     base = url.rstrip("/")
     return base if base.endswith(STATE_PATH) else base + STATE_PATH
@@ -268,7 +276,9 @@ def _unreadable(request: Request, fetched: http.Fetched) -> DaemonUnreadable:
     if fetched.failure == "timeout":
         return DaemonUnreadable(f"{url}: no answer within {request.timeout_seconds:g}s")
     if fetched.failure == "refused" and detail and detail.startswith(http.TLS_FAILED):
-        return DaemonUnreadable(f"{url}: {detail} (--ca-file names the CA of the daemon's certificate)")
+        untrusted = "CERTIFICATE_VERIFY_FAILED" in detail  # else no TLS there at all, most often plain HTTP
+        hint = "--ca-file names the CA of the daemon's certificate" if untrusted else "is it serving https there?"
+        return DaemonUnreadable(f"{url}: {detail} ({hint})")
     if fetched.failure == "refused":
         return DaemonUnreadable(f"cannot reach {url}: {detail} (is `plimsoll run` listening there?)")
     if detail == "HTTP 401":
@@ -313,7 +323,7 @@ def fetch(request: Request) -> Fetched:
         raise DaemonUnreadable(f"{url}: {too_many}") from None
     try:
         now = parsedate_to_datetime(fetched.date).timestamp() if fetched.date else time.time()
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a year of more digits than a C long holds
         now = time.time()
     return Fetched(document, now)
 
@@ -430,28 +440,43 @@ def _authorization(args: argparse.Namespace) -> str | None:
         if args.password_file:
             raise ValueError("--password-file: needs --basic-auth-user")
         return None
+    user = args.basic_auth_user
+    if not user or ":" in user or not user.isprintable():  # the first ":" ends the user in the header (RFC 7617)
+        raise ValueError("--basic-auth-user: a user name is not empty and holds no ':' and no control character")
+    if redact_url(args.url) != args.url:  # aiohttp refuses both; say which to drop before anything is sent
+        raise ValueError("--basic-auth-user: the URL logs in with its user:password@ too; give the credentials once")
     if args.password_file:
         password = read_secret(args.password_file, http.MAX_SECRET_BYTES, "--password-file")
-    elif PASSWORD_ENV in os.environ:
+        if not password:
+            raise ValueError(f"--password-file {args.password_file}: empty (no password to send)")
+    elif os.environ.get(PASSWORD_ENV):
         password = os.environ[PASSWORD_ENV]
     else:
-        raise ValueError(f"--basic-auth-user: needs a password, in {PASSWORD_ENV} or a file named by --password-file")
-    token = base64.b64encode(f"{args.basic_auth_user}:{password}".encode()).decode()
+        missing = f"{PASSWORD_ENV} is empty" if PASSWORD_ENV in os.environ else "needs a password"
+        raise ValueError(f"--basic-auth-user: {missing}: give the password in {PASSWORD_ENV} or --password-file")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
     return f"Basic {token}"
 
 
 def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
     if args.ca_file is None:
         return None
+    # Read here, bounded, rather than by OpenSSL: it would wait forever on a FIFO with no writer.
+    data = read_capped(args.ca_file, MAX_CA_BYTES, "--ca-file", "not a CA bundle")
+    no_certificate = ValueError(f"--ca-file {args.ca_file}: holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    # A bundle's comments may name an issuer in UTF-8; the certificates themselves are ASCII.
+    text = data.decode("ascii", errors="ignore")
+    if not text.strip():  # empty cadata reads as none given: the system's CAs, not the file's
+        raise no_certificate
     try:
-        return ssl.create_default_context(cafile=args.ca_file)
-    except (OSError, ssl.SSLError) as error:
-        raise ValueError(f"--ca-file: cannot load {args.ca_file}: {error}") from None
+        return ssl.create_default_context(cadata=text)
+    except ssl.SSLError:
+        raise no_certificate from None
 
 
-def _watch(request: Request, first: Fetched, url: str, interval: float) -> int:
+def _watch(request: Request, first: Fetched, url: str, interval: float, console: Console) -> int:
     last, problem = first, None
-    with Live(render(first, url), auto_refresh=False, transient=False) as live:
+    with Live(render(first, url), console=console, auto_refresh=False, transient=False) as live:
         try:
             while True:
                 time.sleep(interval)  # the refresh period the user asked for, not a wait on a condition
@@ -465,6 +490,11 @@ def _watch(request: Request, first: Fetched, url: str, interval: float) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    if args.watch and args.format == "json":  # a script reading one document would get a stream of them
+        raise ValueError("--watch: refreshes the table in place; --format json prints the state once (loop for more)")
+    console = _Console()
+    if args.watch and not console.is_terminal:  # rich's Live would write nothing there until Ctrl-C
+        raise ValueError("--watch: refreshes a terminal in place, and stdout is not one (without --watch: once)")
     request = Request(state_url(args.url), args.timeout, _tls(args), _authorization(args))
     try:
         fetched = fetch(request)
@@ -477,6 +507,6 @@ def run_status(args: argparse.Namespace) -> int:
         print(json.dumps(fetched.state, indent=2))
         return 0
     if args.watch:
-        return _watch(request, fetched, redact_url(args.url), args.interval)
-    Console().print(render(fetched, redact_url(args.url)))
+        return _watch(request, fetched, redact_url(args.url), args.interval, console)
+    console.print(render(fetched, redact_url(args.url)))
     return 0

@@ -65,6 +65,8 @@ def test_a_bad_url_or_a_user_without_password_is_exit_2():
     assert done.returncode == 2 and "PLIMSOLL_STATUS_PASSWORD" in done.stderr
     done = run_status("http://127.0.0.1:1", "--watch", "--interval", "99999999999h")  # time.sleep overflows
     assert done.returncode == 2 and "argument --interval: '99999999999h' is out of range" in done.stderr, done.stderr
+    done = run_status("http://127.0.0.1:1", "--watch", "--format", "json")  # a script reads one document
+    assert done.returncode == 2 and done.stderr.startswith("plimsoll status: --watch: refreshes the table"), done.stderr
 
 
 def test_a_password_file_that_is_a_pipe_or_a_device_is_refused_unread(tmp_path: Path):
@@ -84,6 +86,31 @@ def test_a_password_file_holding_a_line_break_within_is_refused_never_sent(tmp_p
     done = run_status("http://127.0.0.1:1", "--basic-auth-user", "ops", "--password-file", str(secret))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "holds a line break or a control character" in done.stderr and "hunter2" not in done.stderr
+
+
+def test_credentials_or_a_ca_file_that_cannot_be_used_are_one_line_naming_the_flag(tmp_path: Path):
+    """Each is refused before any request (port 1 refuses: a request made would be exit 1, not 2). A CA file that
+    is a pipe without a writer is read by Plimsoll, bounded, not by OpenSSL, which waited on it forever."""
+    fifo, empty = tmp_path / "fifo", tmp_path / "empty"
+    os.mkfifo(fifo)
+    empty.write_text("\n")
+    url, logging_in = "http://127.0.0.1:1", "http://ops:hunter2@127.0.0.1:1"
+    for args, password, named in [
+        ((url, "--ca-file", str(fifo)), None, f"--ca-file {fifo}: cannot read it (not a regular file)"),
+        ((url, "--ca-file", str(empty)), None, f"--ca-file {empty}: holds no PEM certificate"),
+        ((url, "--basic-auth-user", "ops:x"), "pw", "--basic-auth-user: a user name is not empty and holds no ':'"),
+        ((url, "--basic-auth-user", "ops"), "", "--basic-auth-user: PLIMSOLL_STATUS_PASSWORD is empty"),
+        ((url, "--basic-auth-user", "ops", "--password-file", str(empty)), None, f"{empty}: empty (no password"),
+        ((logging_in, "--basic-auth-user", "ops"), "pw", "give the credentials once"),
+    ]:
+        done = run_status(*args, password=password)
+        assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, (args, done.stderr)
+        assert named in done.stderr and "hunter2" not in done.stderr, (args, done.stderr)
+
+
+def test_a_scheme_in_capitals_is_a_url():
+    done = run_status("HTTP://127.0.0.1:1")
+    assert done.returncode == 1 and "cannot reach HTTP://127.0.0.1:1/api/v1/state" in done.stderr, done.stderr
 
 
 class _Terminal:

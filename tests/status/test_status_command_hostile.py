@@ -8,8 +8,10 @@ Ctrl-C while the answer trickles ends the command with 130, not a traceback."""
 import asyncio
 import base64
 import json
+import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -49,11 +51,13 @@ class Hostile:
         self.elsewhere_requests: list[dict[str, str]] = []
         self.elsewhere = ""  # another origin's base URL, for the redirect
         self.trickles = 0  # answers begun on /trickle
+        self.date: str | None = None  # the state's Date header, where not aiohttp's own
 
     def app(self) -> web.Application:
         async def state(request: web.Request) -> web.Response:
             text = self.document if isinstance(self.document, str) else json.dumps(self.document)
-            return web.Response(text=text, content_type="application/json")
+            headers = {} if self.date is None else {"Date": self.date}
+            return web.Response(text=text, content_type="application/json", headers=headers)
 
         async def trickle(request: web.Request) -> web.StreamResponse:
             response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -133,12 +137,57 @@ def test_an_answer_that_never_ends_is_cut_at_the_size_cap(hostile):
     assert f"over {MAX_STATE_BYTES:,} bytes" in str(raised.value)
 
 
+def test_https_to_a_server_speaking_http_asks_whether_it_serves_https(hostile):
+    _, url = hostile
+    message, _ = _unreadable(url.replace("http://", "https://"))
+    assert "TLS failed" in message and message.endswith("(is it serving https there?)"), message
+
+
 def test_a_redirect_to_another_origin_is_not_followed_with_the_password(hostile):
     server, url = hostile
     authorization = "Basic " + base64.b64encode(b"ops:secret").decode()
     message, _ = _unreadable(url + "/redirect", authorization)
     assert "another origin" in message and "not followed" in message
     assert server.elsewhere_requests == [], "the redirect was followed"
+
+
+@pytest.mark.parametrize(
+    "date", ["Mon, 01 Jan 99999999999999999999 00:00:00 GMT", "Mon, 01 Jan 2020 99:00:00 GMT", "soon", ""]
+)
+def test_a_date_header_that_is_no_time_leaves_the_age_to_the_local_clock(hostile, date):
+    server, url = hostile
+    server.date = date
+    try:
+        fetched = fetch(Request(url + "/api/v1/state", TIMEOUT_SECONDS, None, None))
+    finally:
+        server.date = None
+    assert abs(fetched.daemon_now - time.time()) < DEADLINE_SLACK_SECONDS
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_a_pipe_closed_before_the_rows_ends_it_with_exit_0_and_no_traceback(hostile, output):
+    """`plimsoll status | head -1` under `set -o pipefail`: rich's own handling exited 1, the daemon-unreadable code."""
+    _, url = hostile
+    reader, writer = os.pipe()
+    os.close(reader)  # nobody reads: the first write fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "exporter", "status", url, "--format", output],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+        )
+    finally:
+        os.close(writer)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_watch_without_a_terminal_is_refused_rather_than_silent_until_ctrl_c(hostile):
+    _, url = hostile
+    done = run_status(url, "--watch")  # stdout is a pipe
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.startswith("plimsoll status: --watch: refreshes a terminal in place"), done.stderr
 
 
 def _instance(**fields: Any) -> dict[str, Any]:
@@ -278,6 +327,13 @@ def test_control_characters_in_the_state_reach_the_terminal_escaped(hostile):
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert done.stdout.count("\\x1b]0;owned\\x07") >= 8, done.stdout
+
+
+def test_a_lone_surrogate_in_the_state_prints_escaped(hostile):
+    """JSON's "\\ud800" is text no encoding writes: printed raw, it was a UnicodeEncodeError and exit 2."""
+    server, url = hostile
+    done = _status(server, url, _state(_instance(model="m\ud800")))
+    assert done.returncode == 0 and "m\\ud800" in done.stdout, done.stderr
 
 
 def test_markup_in_the_state_prints_as_sent(hostile):

@@ -105,7 +105,7 @@ def test_a_certificate_from_another_ca_is_one_line_and_exit_1(secured, tmp_path)
     trustme.CA().cert_pem.write_to_path(str(tmp_path / "other.pem"))
     done = run_status(url, "--ca-file", str(tmp_path / "other.pem"), "--basic-auth-user", USER, password=PASSWORD)
     assert done.returncode == 1 and done.stderr.count("\n") == 1
-    assert "TLS failed" in done.stderr
+    assert "TLS failed" in done.stderr and "(--ca-file names the CA of the daemon's certificate)" in done.stderr
 
 
 @pytest.mark.parametrize(("password", "code", "shown"), [(PASSWORD, 0, "42%"), ("not it", 1, "401 Unauthorized")])

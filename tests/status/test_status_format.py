@@ -1,4 +1,5 @@
-"""The words the status page and `plimsoll status` share (exporter/status_format.py), over /api/v1/state documents."""
+"""The words the status page and `plimsoll status` share (exporter/core/status_format.py), over /api/v1/state
+documents."""
 
 import math
 

@@ -163,7 +163,7 @@ def test_the_first_render_has_the_rows_without_a_script(fleet):
 
 
 def test_the_scripts_rows_read_the_same_as_the_servers(browser, fleet):
-    """The script's copy of exporter/status_format.py against the original: the live rows' text equals the text
+    """The script's copy of exporter/core/status_format.py against the original: the live rows' text equals the text
     of the rows the server rendered, for the same engine state."""
     fleet.set_usage(0.85)
     _open(browser, fleet)
