@@ -140,8 +140,9 @@ def _typed_from_environment(convert: Callable[[str], T], env: str) -> Callable[[
 
 
 def env_twin(parser: argparse.ArgumentParser, flag: str, env: str, **kwargs: Any) -> None:
-    """An option whose default comes from an environment variable, named in --help (query-exporter's way)."""
-    if env in os.environ:
+    """An option whose default comes from an environment variable, named in --help (query-exporter's way). An
+    empty variable counts as unset: a manifest writes an optional value it leaves out as `value: ""`."""
+    if os.environ.get(env):
         value = _FromEnvironment(os.environ[env])
         # An appending flag starts from a list, which the flags given then extend.
         kwargs["default"] = [value] if kwargs.get("action") == "append" else value

@@ -49,6 +49,24 @@ def test_a_bad_value_in_the_variable_names_the_variable(
     assert _parser().parse_args(["--count", "3"]).count == 3  # the flag wins over a bad variable
 
 
+def test_an_empty_variable_counts_as_unset(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PLIMSOLL_TEST_COUNT", "")
+    monkeypatch.setenv("PLIMSOLL_TEST_CONFIG", "")
+    with pytest.raises(SystemExit):  # still required: "" is no config file
+        _parser().parse_args([])
+    assert "the following arguments are required: --config" in capsys.readouterr().err
+    assert _parser().parse_args(["--config", "c.yaml"]).count is None
+
+
+def test_an_empty_poll_interval_variable_leaves_the_configs_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "plimsoll.yaml"
+    config.write_text("poll_interval: 7s\ntargets: [{url: 'http://127.0.0.1:8000/metrics'}]\nnvml: false\n")
+    monkeypatch.setenv("PLIMSOLL_POLL_INTERVAL", "")
+    assert main(["run", "--config", str(config), "--check-only"]) == 0, capsys.readouterr().err
+
+
 def test_plimsoll_config_gives_autoscale_replay_its_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
