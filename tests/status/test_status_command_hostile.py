@@ -8,10 +8,8 @@ Ctrl-C while the answer trickles ends the command with 130, not a traceback."""
 import asyncio
 import base64
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -30,7 +28,7 @@ from exporter.status.client import (
     fetch,
 )
 from tests.status.command import COMMAND_TIMEOUT_SECONDS, run_status
-from tests.support.daemon_process import app_in_thread, interrupted_while_waiting
+from tests.support.daemon_process import app_in_thread, interrupted_while_waiting, into_a_closed_pipe
 
 TIMEOUT_SECONDS = 1.0
 # The deadline, plus what a loaded test machine needs to notice it.
@@ -168,18 +166,7 @@ def test_a_date_header_that_is_no_time_leaves_the_age_to_the_local_clock(hostile
 def test_a_pipe_closed_before_the_rows_ends_it_with_exit_0_and_no_traceback(hostile, output):
     """`plimsoll status | head -1` under `set -o pipefail`: rich's own handling exited 1, the daemon-unreadable code."""
     _, url = hostile
-    reader, writer = os.pipe()
-    os.close(reader)  # nobody reads: the first write fails with EPIPE
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "exporter", "status", url, "--format", output],
-            stdout=writer,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=COMMAND_TIMEOUT_SECONDS,
-        )
-    finally:
-        os.close(writer)
+    done = into_a_closed_pipe(["status", url, "--format", output], COMMAND_TIMEOUT_SECONDS)
     assert done.returncode == 0 and done.stderr == "", done.stderr
 
 

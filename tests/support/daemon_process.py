@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -159,3 +160,20 @@ def interrupted_while_waiting(
             process.kill()
             process.wait()
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def into_a_closed_pipe(argv: Sequence[str], timeout_seconds: float) -> subprocess.CompletedProcess[str]:
+    """`python -m exporter *argv` writing into a pipe nobody reads (`plimsoll ... | head -1` once head is gone: the
+    first write fails with EPIPE); its exit status and stderr."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "exporter", *argv],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=timeout_seconds,
+        )
+    finally:
+        os.close(writer)
