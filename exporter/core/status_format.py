@@ -304,7 +304,8 @@ def scale_up_rows(state: Mapping[str, Any]) -> tuple[ScaleUpRow, ...]:
 
 
 def nvml_line(state: Mapping[str, Any]) -> str:
+    """What NVML said, leaving out a field the state holds null (it read "driver None")."""
     nvml = state["nvml"]
     if nvml["up"]:
-        return f"NVML up, driver {nvml['driver_version']}"
-    return f"NVML down: {nvml['error']}"
+        return f"NVML up, driver {nvml['driver_version']}" if nvml["driver_version"] else "NVML up"
+    return f"NVML down: {nvml['error']}" if nvml["error"] else "NVML down"

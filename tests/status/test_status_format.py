@@ -150,3 +150,16 @@ def test_an_implausible_snapshot_time_is_worded_not_counted():
     assert status_format.age(now + 86400, now) == "time not plausible: in the future (check the daemon's clock)"
     assert status_format.age(now + 1, now) == "0s ago"  # the Date header's whole seconds lag the snapshot's time
     assert status_format.age(now - 86400, now) == "86400s ago"  # a stalled daemon: old, but a real age
+
+
+@pytest.mark.parametrize(
+    ("nvml", "line"),
+    [
+        ({"up": True, "driver_version": "580.95", "error": None}, "NVML up, driver 580.95"),
+        ({"up": True, "driver_version": None, "error": None}, "NVML up"),
+        ({"up": False, "driver_version": None, "error": "NVML disabled"}, "NVML down: NVML disabled"),
+        ({"up": False, "driver_version": None, "error": None}, "NVML down"),
+    ],
+)
+def test_the_nvml_line_leaves_out_what_the_state_holds_null(nvml, line):
+    assert status_format.nvml_line({"nvml": nvml}) == line
