@@ -75,6 +75,8 @@ def state_url(url: str) -> str:
     """The daemon's base URL (or its state URL) as the state document's URL."""
     if not url.lower().startswith(("http://", "https://")):  # a scheme is case-insensitive
         raise ValueError(f"URL: {redact_url(url)!r} is not an http:// or https:// URL (e.g. {DEFAULT_URL})")
+    if "?" in url or "#" in url:  # the state's path would land inside the query or the fragment
+        raise ValueError(f"URL: {redact_url(url)!r} holds a query or fragment: give the daemon's base URL alone")
     base = url.rstrip("/")
     return base if base.endswith(STATE_PATH) else base + STATE_PATH
 

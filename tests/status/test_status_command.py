@@ -67,6 +67,9 @@ def test_a_bad_url_or_a_user_without_password_is_exit_2():
     assert done.returncode == 2 and "argument --interval: '99999999999h' is out of range" in done.stderr, done.stderr
     done = run_status("http://127.0.0.1:1", "--watch", "--format", "json")  # a script reads one document
     assert done.returncode == 2 and done.stderr.startswith("plimsoll status: --watch: refreshes the table"), done.stderr
+    for url in ("http://127.0.0.1:1/?x=1", "http://127.0.0.1:1#top"):
+        done = run_status(url)
+        assert done.returncode == 2 and "holds a query or fragment: give the daemon's base URL alone" in done.stderr
 
 
 def test_a_password_file_that_is_a_pipe_or_a_device_is_refused_unread(tmp_path: Path):
