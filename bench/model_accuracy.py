@@ -59,9 +59,13 @@ SAME_ARCHITECTURE: dict[str, tuple[str, str | dict[str, Any] | None]] = {
     # of the linear operators within transformers blocks" (per-channel weights, per-token activations). Its own
     # config.json (with quantization_config) was not found.
     "RedHatAI/Mistral-Small-3.1-24B-Instruct-2503-quantized.w8a8": ("mistral-small-3.1-24b", "int8"),
-    # No verbatim 3.2 config.json was found, so no preset alias; gratex's quantization cards list 3.1's text shapes
-    # and a 24-layer, 1024-wide Pixtral tower, and the llm-d-benchmark run logs 3.1's 163,840 KV bytes a token.
-    "mistralai/Mistral-Small-3.2-24B-Instruct-2506": ("mistral-small-3.1-24b", None),
+    # Red Hat's FP8-dynamic (compressed-tensors: per-channel FP8 weights, per-token FP8 activations) of the -it
+    # checkpoint, whose shapes the preset's base config shares; its own config.json was not found. vLLM leaves
+    # Gemma 4's vision tower unquantized (4304 is not a multiple of 64), and these logs skip it anyway.
+    "RedHatAI/gemma-4-26B-A4B-it-FP8-dynamic": ("gemma-4-26b-a4b", "fp8"),
+    # Kimi-K2-Thinking's attention (61 layers of one 576-wide MLA latent) is Instruct's, its weights are not (INT4
+    # compressed-tensors experts), so its log is scored on the KV math only (KV_MATH_ONLY).
+    "moonshotai/Kimi-K2-Thinking": ("kimi-k2-instruct", None),
     # Qwen's block-scaled FP8 checkpoint (the logs select DeepGemmFp8BlockScaledMMKernel); its config was not read,
     # and per-block scales differ from the flag's per-tensor ones by well under 0.1% of the weights
     "Qwen/Qwen3-8B-FP8": ("qwen3-8b", "fp8"),
@@ -89,6 +93,14 @@ SAME_ARCHITECTURE: dict[str, tuple[str, str | dict[str, Any] | None]] = {
         "llama-3.2-1b",
         {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True},
     ),
+}
+# Logs priced through a preset whose KV cache per token is the checkpoint's but whose weights are not: only the KV
+# math from the logged KV memory is scored, never a weights or end-to-end figure (their GPU size is not used).
+KV_MATH_ONLY = frozenset({"moonshotai/Kimi-K2-Thinking"})
+# Logs whose model the planner refuses whatever config.json it is given, so a preset would not score them either.
+REFUSED_ARCHITECTURE = {
+    "meta-llama/Llama-3.2-11B-Vision": "refused: an encoder-decoder model (mllama), whose cross-attention KV is not "
+    "modelled; vLLM from 0.11 serves no encoder-decoder model but Whisper",
 }
 INT8 = Quantization("int", 8, 1.0)
 # The terms as the shipped model applies them: the constants in `assumptions`, the activation estimate unscaled.
@@ -174,8 +186,10 @@ def _setup(entry: dict[str, Any]) -> Setup | None:
         enforce_eager=bool(entry.get("enforce_eager")),
         quantization=quantization,
         vllm_version=_version(entry.get("vllm_version")),
+        # --language-model-only sets every modality's limit to 0; the data writes that out per modality
+        mm_limits=tuple(sorted((entry.get("limit_mm_per_prompt") or {}).items())),
     )
-    gpu = _gpu(entry)
+    gpu = None if entry["model"] in KV_MATH_ONLY else _gpu(entry)
     return Setup(arch, gpu, deployment, plan(arch, gpu or GpuSpec("unknown", 80 * GIB), deployment))
 
 
@@ -183,12 +197,14 @@ def score(entry: dict[str, Any]) -> Score:
     name = entry["model"]
     setup = _setup(entry)
     if setup is None:
-        return Score(entry["id"], name, None, None, None, None, None, skipped="no preset for this architecture")
+        skipped = REFUSED_ARCHITECTURE.get(name, "no preset for this architecture")
+        return Score(entry["id"], name, None, None, None, None, None, skipped=skipped)
     arch, gpu, deployment, reference = setup.arch, setup.gpu, setup.deployment, setup.reference
     observed = entry["observed"]
     block = reference.deployment.block_size or 16
     tokens = _observed_tokens(entry, block)
-    weights = (reference.weights.per_gpu_bytes / GIB, observed["weights_gib"]) if observed.get("weights_gib") else None
+    priced = observed.get("weights_gib") and name not in KV_MATH_ONLY
+    weights = (reference.weights.per_gpu_bytes / GIB, observed["weights_gib"]) if priced else None
     kv_math = None
     # vLLM prints the KV memory to 0.01 GiB: below 1 GiB that rounding alone exceeds 0.5% of the pool.
     if tokens and observed.get("available_kv_gib") and observed["available_kv_gib"] >= 1:
@@ -229,7 +245,7 @@ def observation(entry: dict[str, Any]) -> TermObservation:
     a preset gives them."""
     observed, setup = entry["observed"], _setup(entry)
     gib = {key: round(observed[key] * GIB) if observed.get(key) is not None else None for key in observed}
-    predicted = setup.reference if setup is not None else None
+    predicted = setup.reference if setup is not None and entry["model"] not in KV_MATH_ONLY else None
     weights = activation = None
     if predicted is not None and gib.get("weights_gib"):
         weights = (predicted.weights.per_gpu_bytes, gib["weights_gib"])
@@ -449,8 +465,9 @@ def main(argv: list[str] | None = None) -> int:
             cells = (_cell(s.weights), _cell(s.kv_math), _cell(s.end_to_end), _cell(s.baseline), _cell(s.activation))
             print(f"{s.id[:58]:<58} " + " ".join(f"{c:>8}" for c in cells))
         skipped = [s for s in scores if s.skipped]
-        print(f"\n{len(used)} logs scored, {len(skipped)} skipped (no preset for the architecture):")
-        print("  " + ", ".join(sorted({s.model for s in skipped})))
+        print(f"\n{len(used)} logs scored, {len(skipped)} skipped:")
+        for reason in sorted({s.skipped for s in skipped if s.skipped}):
+            print(f"  {reason}: " + ", ".join(sorted({s.model for s in skipped if s.skipped == reason})))
         print("\nKnown misses (their `known_miss` in the data):")
         for entry in entries:
             if entry.get("known_miss"):

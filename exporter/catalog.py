@@ -6,9 +6,12 @@ naming it and where it came from) and one YAML list of GPUs.
 
 import difflib
 import json
+import logging
 import os
+import queue
 import re
 import shlex
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -202,14 +205,24 @@ def _read_config(path: Path) -> dict[str, Any]:
     return config
 
 
+def _refuse_unreadable(path: Path) -> None:
+    """A path that is there but is no file to read: reading a FIFO would wait, a device never end, a loop fail."""
+    if os.path.lexists(path) and not path.is_file():
+        raise CatalogError(
+            f"{_named(path)}: not a regular file (a directory, a FIFO, a device, or a symlink that leads nowhere): "
+            "pass the config.json itself"
+        )
+
+
 def _config_file(spec: str) -> Path | None:
     """The config.json `spec` names, as the file or its directory; None when it names no file."""
     try:
         path = Path(spec).expanduser()
         if path.is_dir():
             path = path / "config.json"
-            if not path.is_file():
+            if not os.path.lexists(path):
                 raise CatalogError(f"{shown(spec)}: directory has no config.json")
+            _refuse_unreadable(path)
         return path if path.is_file() else None
     except (OSError, RuntimeError):  # a name too long for a path, or ~user of no such user: not a file
         return None
@@ -219,7 +232,12 @@ def _config_file(spec: str) -> Path | None:
 # it (huggingface_hub's validate_repo_id: word characters, `.` and `-`, 96 at most, no `--` or `..`). Anything else,
 # a preset's name mistyped or a config.json path that is not there, never reaches the network.
 _HUB_NAME = r"\w(?:[\w.-]{0,94}\w)?"
-_HUB_SPEC = re.compile(rf"(?P<repo>{_HUB_NAME}/{_HUB_NAME})(?:@(?P<revision>[^@\s]{{1,256}}))?")
+_HUB_SPEC = re.compile(rf"(?P<repo>{_HUB_NAME}/{_HUB_NAME})(?:@(?P<revision>.*))?", re.DOTALL)
+# A branch, tag or commit as git allows one, more strictly: slash-separated names, none starting with "." (so no
+# ".." and no "/" at either end). huggingface_hub joins the revision to the cache folder as a path (refs/<revision>),
+# so "../.." would write, or read, outside it.
+_REVISION = re.compile(r"[\w+-][\w.+-]*(?:/[\w+-][\w.+-]*)*")
+_LONGEST_REVISION = 256
 # As huggingface_hub reads HF_HUB_OFFLINE, but when the command runs: the library reads it once, at import.
 _TRUE_WORDS = frozenset({"1", "ON", "YES", "TRUE"})
 
@@ -229,11 +247,20 @@ def _offline(environ: Mapping[str, str]) -> bool:
 
 
 def _hub_spec(spec: str) -> tuple[str, str | None] | None:
-    """The repository id and revision `spec` names, or None when it names no repository (a path, a preset typo)."""
+    """The repository id and revision `spec` names, or None when it names no repository (a path, a preset typo);
+    a CatalogError where it names one at a revision no branch, tag or commit could have."""
     match = _HUB_SPEC.fullmatch(spec)
     if match is None or match["repo"].endswith(".json") or "--" in match["repo"] or ".." in match["repo"]:
         return None
-    return match["repo"], match["revision"]
+    revision = match["revision"]
+    if revision is not None and not (
+        len(revision) <= _LONGEST_REVISION and _REVISION.fullmatch(revision) and ".." not in revision
+    ):
+        raise CatalogError(
+            f"model {_quoted(spec)}: {_quoted(revision)} is not a branch, tag or commit name (letters, digits, "
+            "'.', '_', '-', '+' and '/' between names): check what follows the @"
+        )
+    return match["repo"], revision
 
 
 @dataclass(frozen=True)
@@ -245,6 +272,7 @@ class _HubRequest:
     cache: Path
     endpoint: str
     offline: str | None  # why the cache alone is read; None when the Hub may be asked
+    deadline_s: float  # how long the command waits for the library's answer
 
     def named(self) -> str:
         return _quoted(self.repo_id if self.revision is None else f"{self.repo_id}@{self.revision}")
@@ -266,29 +294,94 @@ _CACHE_ONLY = "a config file's model is read from the cache only"
 def _hub_request(repo_id: str, revision: str | None, environ: Mapping[str, str], from_hub: bool) -> _HubRequest:
     endpoint = environ.get("HF_ENDPOINT", "").rstrip("/") or "https://huggingface.co"
     offline = "HF_HUB_OFFLINE is set" if _offline(environ) else None if from_hub else _CACHE_ONLY
-    return _HubRequest(repo_id, revision, hub_cache(environ), endpoint, offline)
+    deadline = _DEADLINE_TIMES * (
+        _seconds(environ, "HF_HUB_ETAG_TIMEOUT") + _seconds(environ, "HF_HUB_DOWNLOAD_TIMEOUT")
+    )
+    return _HubRequest(repo_id, revision, hub_cache(environ), endpoint, offline, deadline)
+
+
+# huggingface_hub waits HF_HUB_ETAG_TIMEOUT for the Hub's answer and HF_HUB_DOWNLOAD_TIMEOUT for the file (10 s
+# each by default), and retries with backoff (about 24 s when nothing answers); three times its two waits is past
+# all that, so the command stops there (a minute by default).
+_DEADLINE_TIMES = 3
+_HUB_DEFAULT_TIMEOUT_S = 10
+
+
+def _seconds(environ: Mapping[str, str], name: str) -> int:
+    """One of the library's timeouts, read as it reads it: a whole number of seconds, else its default."""
+    value = environ.get(name, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else _HUB_DEFAULT_TIMEOUT_S
 
 
 def _hub_config(request: _HubRequest) -> Path:
     """The repository's config.json, from the Hugging Face cache or else downloaded into it: that one file, never
-    weights. huggingface_hub honours HF_TOKEN, HF_ENDPOINT and the cache, as every tool that reads the Hub does."""
+    weights. huggingface_hub honours HF_TOKEN, HF_ENDPOINT and the cache, as every tool that reads the Hub does.
+
+    The library waits on a server that accepts and never answers, or asks it to wait (Retry-After), for many
+    minutes, retries included; so it runs in a thread the command stops waiting for at `request.deadline_s`."""
+    outcome: queue.Queue[Path | Exception] = queue.Queue(maxsize=1)
+
+    def fetch() -> None:
+        # Broad on purpose: besides its own errors the library lets its HTTP client's raise when a transfer breaks,
+        # and each is answered by _hub_refusal, never by a traceback from this thread.
+        try:
+            outcome.put(_download(request))
+        except Exception as error:
+            outcome.put(error)
+
+    threading.Thread(target=fetch, name="hub config.json", daemon=True).start()  # daemon: a hung one ends with us
+    try:
+        result = outcome.get(timeout=request.deadline_s)
+    except queue.Empty:
+        raise CatalogError(
+            f"model {request.named()}: the Hub ({shown(request.endpoint)}) gave no config.json within "
+            f"{request.deadline_s:g} s: try again later, or pass the model's config.json by path"
+        ) from None
+    if isinstance(result, CatalogError):
+        raise result
+    if isinstance(result, Exception):
+        raise _hub_refusal(request, result) from None
+    return result
+
+
+def _download(request: _HubRequest) -> Path:
+    """hf_hub_download, the file's size asked first where it would go to the Hub: a file too large to be a
+    config.json is refused before a byte of it is written to the cache."""
     # Imported here: it is heavy, and only a model from the Hub needs it (presets and paths never do).
     from huggingface_hub import hf_hub_download
 
-    try:
-        path = hf_hub_download(
-            request.repo_id,
-            "config.json",
-            revision=request.revision,
-            cache_dir=request.cache,
-            endpoint=request.endpoint,
-            local_files_only=request.offline is not None,
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its retry warnings would print above the refusal
+    offline = request.offline is not None
+    size = None if offline else _announced_size(request)
+    if size is not None and size > MAX_MODEL_CONFIG_BYTES:
+        raise CatalogError(
+            f"model {request.named()}: its config.json on the Hub ({shown(request.endpoint)}) is {size:,} bytes, "
+            "too large for a config.json (is this the right repository?)"
         )
-    # Broad on purpose, and around this one call only: besides its own errors the library lets its HTTP client's
-    # raise (requests' or httpx's, by version) when a transfer breaks, and none of them deserves a traceback.
-    except Exception as error:
-        raise _hub_refusal(request, error) from None
+    path = hf_hub_download(
+        request.repo_id,
+        "config.json",
+        revision=request.revision,
+        cache_dir=request.cache,
+        endpoint=request.endpoint,
+        local_files_only=offline,
+    )
     return Path(path)
+
+
+def _announced_size(request: _HubRequest) -> int | None:
+    """The size the Hub gives for the file (Content-Length, or X-Linked-Size for a file in LFS); None where it
+    gives none, or the asking failed."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(request.repo_id, "config.json", revision=request.revision, endpoint=request.endpoint)
+    try:
+        size: int | None = get_hf_file_metadata(url).size
+    # Broad on purpose: whatever failed here fails the download asked next the same way, and that error is the one
+    # _hub_refusal knows how to explain (a Hub out of reach, a gated or missing repository).
+    except Exception:
+        return None
+    return size
 
 
 def _hub_refusal(request: _HubRequest, error: Exception) -> CatalogError:
@@ -334,8 +427,15 @@ def _hub_refusal(request: _HubRequest, error: Exception) -> CatalogError:
     )
 
 
-def _from_config_file(path: Path, name: str) -> ModelArchitecture:
-    return from_hf_config(_read_config(path), source=_named(path), name=name)
+def _from_cache(path: Path, name: str) -> ModelArchitecture:
+    """A config.json in the Hugging Face cache (`models--org--name/snapshots/<commit>/config.json`). One that cannot
+    be read came in broken (a download cut short, a server that answered garbage) and every later run would read it
+    again, so the message names the folder to delete."""
+    try:
+        config = _read_config(path)
+    except CatalogError as error:
+        raise CatalogError(f"{error}; delete {_named(path.parents[2])} to fetch it again") from None
+    return from_hf_config(config, source=_named(path), name=name)
 
 
 def load_model(spec: str, *, from_hub: bool = True) -> ModelArchitecture:
@@ -351,11 +451,12 @@ def load_model(spec: str, *, from_hub: bool = True) -> ModelArchitecture:
     except CatalogError:
         cached = cached_config(spec, hub_cache(os.environ))
         if cached is not None:
-            return _from_config_file(cached, spec)
+            return _from_cache(cached, spec)
         repository = _hub_spec(spec)
         if repository is None:
+            _refuse_unreadable(Path(spec))
             raise
-        return _from_config_file(_hub_config(_hub_request(*repository, os.environ, from_hub)), spec)
+        return _from_cache(_hub_config(_hub_request(*repository, os.environ, from_hub)), spec)
     return from_hf_config(preset.config, source=f"preset {preset.id}", name=preset.hf_id)
 
 

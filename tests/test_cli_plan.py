@@ -182,6 +182,23 @@ def test_max_model_len_above_the_models_maximum_is_an_error(capsys):
     assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in err
 
 
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (
+            (),
+            "longer than meta-llama/Llama-3.1-8B-Instruct's maximum of 131072 tokens (max_position_embeddings "
+            "131072): size the requests at 131072 tokens or fewer",
+        ),
+        (("--max-model-len", "4096"), "do not fit --max-model-len 4096: raise it, or size the requests smaller"),
+    ],
+)
+def test_requests_longer_than_the_model_or_max_model_len_are_refused_with_the_fix(capsys, flags, says):
+    code, out, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--concurrency", "8", "--context", "200000", *flags)
+    assert code == 2 and out == ""
+    assert says in err and len(err.strip().splitlines()) == 1
+
+
 def test_data_and_expert_parallel_show_in_table_and_json(capsys):
     argv = ["plan", "--model", "deepseek-v3", "--gpu", "H200", "--dp", "8", "--enable-expert-parallel"]
     code, out, _ = run(capsys, *argv, "--max-model-len", "32768")

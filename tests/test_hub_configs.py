@@ -4,11 +4,13 @@ standard cache, and every way it can fail (offline, unknown, gated, no config.js
 A local aiohttp server stands in for the Hub (HF_ENDPOINT); it answers as the Hub does for `/resolve/` URLs
 (ETag, X-Repo-Commit, X-Error-Code) and records what was asked of it."""
 
+import asyncio
 import hashlib
 import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,8 @@ class FakeHub:
     files: dict[str, bytes] = field(default_factory=dict)  # repo id -> its config.json
     refusals: dict[str, tuple[int, str]] = field(default_factory=dict)  # repo id -> (status, X-Error-Code)
     seen: list[tuple[str, str, str]] = field(default_factory=list)  # file requests only, not the library's others
+    hung: set[str] = field(default_factory=set)  # repo ids whose requests get no answer until `release` is set
+    release: threading.Event = field(default_factory=threading.Event)
 
     async def answer(self, request: web.Request) -> web.Response:
         parts = request.raw_path.lstrip("/").split("/")
@@ -43,9 +47,13 @@ class FakeHub:
         self.seen.append((request.method, request.raw_path, request.headers.get("Authorization", "")))
         org, name, _resolve, _revision, *filename = parts
         repo_id = f"{org}/{name}"
+        if repo_id in self.hung:
+            await asyncio.to_thread(self.release.wait)
         if repo_id in self.refusals:
             status, code = self.refusals[repo_id]
-            return web.Response(status=status, headers={"X-Error-Code": code, "X-Repo-Commit": COMMIT})
+            # Retry-After 0: the library's retries of a 5xx take a second each, not its 24 s of backoff
+            headers = {"X-Error-Code": code, "X-Repo-Commit": COMMIT, "Retry-After": "0"}
+            return web.Response(status=status, headers=headers)
         if repo_id not in self.files or filename != ["config.json"]:
             return web.Response(status=404, headers={"X-Error-Code": "EntryNotFound", "X-Repo-Commit": COMMIT})
         body = self.files[repo_id]
@@ -149,7 +157,24 @@ def test_a_config_json_too_large_to_be_one_is_refused(hub, tmp_path):
     fake, url = hub
     fake.files["someorg/huge"] = b"{" + b" " * (4 * 1024 * 1024) + b"}"
     result = plimsoll(hub_env(tmp_path, HF_ENDPOINT=url), "plan", "--model", "someorg/huge", "--gpu", "H100")
-    assert result.returncode == 2 and "too large for a config.json" in result.stderr
+    assert result.returncode == 2 and "is 4,194,306 bytes, too large for a config.json" in result.stderr
+    written = [p for p in (tmp_path / "hub" / "models--someorg--huge").rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in written) < 1024  # refused by its size before a byte of it was written
+
+
+def test_a_hub_that_never_answers_is_given_up_on_at_three_times_the_librarys_timeouts(hub, tmp_path):
+    fake, url = hub
+    fake.hung.add("someorg/served-model")
+    env = hub_env(tmp_path, HF_ENDPOINT=url, HF_HUB_ETAG_TIMEOUT="1", HF_HUB_DOWNLOAD_TIMEOUT="1")
+    try:
+        result = plimsoll(env, "plan", "--model", "someorg/served-model", "--gpu", "H100")
+    finally:
+        fake.release.set()
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"plimsoll plan: model 'someorg/served-model': the Hub ({url}) gave no config.json within 6 s: try again "
+        "later, or pass the model's config.json by path"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -160,6 +185,7 @@ def test_a_config_json_too_large_to_be_one_is_refused(hub, tmp_path):
         ("someorg/forbidden", 403, "", "answered HTTP 403: set HF_TOKEN, or accept the model's licence"),
         ("someorg/gguf-only", 404, "EntryNotFound", "has no config.json on the Hub (a GGUF-only repository?)"),
         ("someorg/served-model@nope", 404, "RevisionNotFound", "has no such revision"),
+        ("someorg/down", 503, "", "answered HTTP 503: try again later"),
     ],
 )
 def test_what_the_hub_refuses_is_one_line_that_says_what_to_do(hub, tmp_path, repo_id, status, code, says):
@@ -167,7 +193,7 @@ def test_what_the_hub_refuses_is_one_line_that_says_what_to_do(hub, tmp_path, re
     fake.refusals[repo_id.partition("@")[0]] = (status, code)
     result = plimsoll(hub_env(tmp_path, HF_ENDPOINT=url, HF_TOKEN=TOKEN), "plan", "--model", repo_id, "--gpu", "H100")
     assert result.returncode == 2
-    error = result.stderr.strip().splitlines()[-1]
+    [error] = result.stderr.strip().splitlines()  # one line: the library's retry warnings are not shown
     assert error.startswith("plimsoll plan: model ") and says in error, result.stderr
     assert "Traceback" not in result.stderr and TOKEN not in result.stderr
     assert {auth for _, _, auth in fake.seen} == {f"Bearer {TOKEN}"}  # HF_TOKEN is sent, never shown

@@ -74,6 +74,41 @@ def refused(capsys, tmp_path, config: dict, *flags: str) -> str:
             {"quantization_config": {"quant_method": "fp8", "weight_block_size": [0, 128]}},
             "quantization_config.weight_block_size[] is 0, not from 1",
         ),
+        (
+            {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}},
+            "quantization_config.weight_block_size is [128], not [rows, columns]",
+        ),
+        (
+            {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": ["group_0"]}},
+            "quantization_config.config_groups is ['group_0'], not the object of schemes compressed-tensors writes",
+        ),
+        (
+            {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": [4]}}}},
+            "quantization_config.config_groups[].weights is [4], not an object",
+        ),
+        ({"text_config": [1, 2]}, "text_config is [1, 2], not an object"),
+        ({"text_config": {"layer_types": "full_attention"}}, "text_config.layer_types is 'full_attention', not a list"),
+        ({"vision_config": "siglip"}, "vision_config is 'siglip', not an object"),
+        ({"quantization_config": "fp8"}, "quantization_config is 'fp8', not an object"),
+        ({"layer_types": "full_attention"}, "layer_types is 'full_attention', not a list"),
+        (
+            {"quantization_config": {"quant_method": "fp8", "ignore": "lm_head"}},
+            "quantization_config.ignore is 'lm_head', not a list of module names",
+        ),
+        (
+            {
+                "quantization_config": {
+                    "quant_method": "compressed-tensors",
+                    "config_groups": {
+                        "group_0": {
+                            "targets": ["Linear"],
+                            "weights": {"num_bits": 4, "type": "float", "group_size": -1},
+                        }
+                    },
+                }
+            },
+            "quantization_config.group_size is -1, not from 1",
+        ),
     ],
 )
 def test_a_config_json_field_out_of_its_range_is_refused_with_the_range(capsys, tmp_path, change, named):

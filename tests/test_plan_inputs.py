@@ -3,6 +3,7 @@ write them, and the mistakes among them caught with the fix."""
 
 import argparse
 import json
+import os
 
 import pytest
 
@@ -204,6 +205,38 @@ def test_an_architecture_the_model_cannot_size_says_so_by_name(capsys, tmp_path,
     assert named in err and "num_attention_heads" not in err
 
 
+# Llama 3.2 11B Vision's language model: Llama 3.1 8B's shapes with eight cross-attention layers added among its 40.
+MLLAMA_11B = {
+    "architectures": ["MllamaForConditionalGeneration"],
+    "model_type": "mllama",
+    "text_config": {
+        "model_type": "mllama_text_model",
+        "num_hidden_layers": 40,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+        "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38],
+    },
+    "vision_config": {"hidden_size": 1280, "image_size": 560, "patch_size": 14, "num_hidden_layers": 32},
+}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [MLLAMA_11B, {**TINY_LLAMA, "model_type": "t5", "is_encoder_decoder": True, "architectures": ["T5Model"]}],
+)
+def test_an_encoder_decoder_model_is_refused_with_why_not_priced_as_self_attention_kv(capsys, tmp_path, config):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert main(["plan", "--model", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "is an encoder-decoder model (cross-attention layers that cache the encoder's KV)" in err
+    assert "vLLM from 0.11 serves no encoder-decoder model but Whisper" in err
+
+
 def test_a100_alone_is_ambiguous_and_lists_both(capsys):
     assert main(["plan", "--model", "llama-3.1-8b", "--gpu", "A100"]) == 2
     err = capsys.readouterr().err
@@ -269,8 +302,9 @@ def test_every_gpu_preset_says_where_its_figure_comes_from():
         ({"vocab_size": 10**40}, "vocab_size is 1000"),
         ({"head_dim": 1e300}, "head_dim is 1e+300"),
         ({"rope_scaling": {"factor": float("nan")}}, "rope_scaling.factor is nan"),
-        ({"layer_types": 5}, "wrong type or range"),
-        ({"quantization_config": [1]}, "wrong type or range"),
+        ({"layer_types": 5}, "layer_types is 5, not a list"),
+        ({"quantization_config": [1]}, "quantization_config is [1], not an object"),
+        ({"model_type": {"llama": 1}}, "for a config.json (unhashable type: 'dict'); correct the file"),
     ],
 )
 def test_a_garbled_config_json_names_the_file_and_key_without_a_traceback(capsys, tmp_path, change, named):
@@ -305,10 +339,44 @@ def test_a_refs_main_that_names_no_snapshot_is_refused_not_followed(capsys, tmp_
     assert str(main_ref) in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["~no-such-user-here/config.json", "a" * 5000, "someorg/" + "a" * 5000, "loop"])
+@pytest.mark.parametrize("name", ["~no-such-user-here/config.json", "a" * 5000, "someorg/" + "a" * 5000])
 def test_a_model_name_that_is_no_usable_path_is_looked_up_as_a_preset(capsys, tmp_path, monkeypatch, name):
-    (tmp_path / "loop").symlink_to(tmp_path / "loop")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     assert main(["plan", "--model", name]) == 2
     assert "unknown model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["fifo", "loop", "folder/config.json"])
+def test_a_model_path_that_is_there_but_no_file_to_read_is_refused_by_name_without_waiting(capsys, tmp_path, where):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "folder" / "config.json").mkdir(parents=True)
+    named = tmp_path / where
+    assert main(["plan", "--model", str(named.parent if where.startswith("folder") else named)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"plimsoll plan: {named}: not a regular file (a directory, a FIFO, a device, or a symlink that leads "
+        "nowhere): pass the config.json itself"
+    )
+
+
+@pytest.mark.parametrize("revision", ["", "../../outside", "a b", "\x1b[31mred", "@x", "v1..2", "/abs", "x" * 300])
+def test_a_revision_that_names_no_branch_tag_or_commit_is_refused_before_the_cache_is_touched(
+    capsys, tmp_path, monkeypatch, revision
+):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["plan", "--model", f"someorg/m@{revision}"]) == 2
+    [error] = capsys.readouterr().err.strip().splitlines()
+    assert "is not a branch, tag or commit name" in error and "\x1b" not in error
+    assert not (tmp_path / "hub").exists()  # huggingface_hub would join "../.." to the cache folder as a path
+
+
+def test_a_config_json_garbled_in_the_cache_names_the_folder_to_delete(capsys, tmp_path, monkeypatch):
+    cache_model(tmp_path, "someorg/m", TINY_LLAMA)
+    folder = tmp_path / "models--someorg--m"
+    (folder / "snapshots" / "0123abcd" / "config.json").write_text("<html>Bad Gateway</html>")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["plan", "--model", "someorg/m"]) == 2
+    [error] = capsys.readouterr().err.strip().splitlines()
+    assert "config.json: not a readable JSON file" in error and error.endswith(f"; delete {folder} to fetch it again")

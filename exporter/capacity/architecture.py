@@ -217,6 +217,20 @@ def _refuse_recurrent_state(config: dict[str, Any], source: str) -> None:
     )
 
 
+def _refuse_cross_attention(config: dict[str, Any], body: dict[str, Any], source: str) -> None:
+    """Encoder-decoder models (Llama 3.2 Vision's mllama, Whisper, T5, BART): their cross-attention layers cache the
+    encoder's keys and values per request, sized by the encoder input, which no term here prices. Read as a decoder
+    their cross-attention layers would be counted as self-attention KV, a figure that looks right and is not."""
+    if not (config.get("is_encoder_decoder") or body.get("is_encoder_decoder") or body.get("cross_attention_layers")):
+        return
+    named = _text(", ".join(map(str, config.get("architectures") or [])) or str(body.get("model_type")))
+    raise ModelConfigError(
+        f"{source}: {named} is an encoder-decoder model (cross-attention layers that cache the encoder's KV), which "
+        "the capacity model does not size, and vLLM from 0.11 serves no encoder-decoder model but Whisper "
+        "(vllm-project/vllm#24907): plan a decoder-only model"
+    )
+
+
 def _require(config: dict[str, Any], key: str, source: str, *alternatives: str) -> Any:
     for name in (key, *alternatives):
         if config.get(name) is not None:
@@ -429,7 +443,7 @@ def _projector(
         return ((merged, merged), (merged, out)) * levels
     if family == "mistral3":  # Pixtral's patch merger, then a two-layer MLP
         return ((merged, width), (width, text_hidden), (text_hidden, text_hidden))
-    if family == "gemma3":
+    if family in {"gemma3", "gemma4"}:  # one projection (Gemma 4's Gemma4MultimodalEmbedder, after 3x3 pooling)
         return ((width, text_hidden),)
     if family == "llama4":  # the pixel-shuffle MLP, then the projector into the text model
         inner = size("projector_input_dim", text_hidden)
@@ -497,11 +511,13 @@ def _vision(config: dict[str, Any], text_hidden: int, source: str) -> VisionTowe
         patch_size=patch,
         num_channels=_in_range(channels, "vision_config.num_channels", source, 1, MAX_HEADS),
         temporal_patch_size=size("temporal_patch_size", 1),
-        gated_mlp=vision.get("hidden_act") == "silu",
+        # Gemma 4's tower names its activation hidden_activation and gates it (gate, up and down projections)
+        gated_mlp=vision.get("hidden_act") == "silu" or family == "gemma4",
         projector=_projector(family, config, width, width * merge * merge, out, text_hidden, size),
         image_tokens=tokens,
         image_patches=patches,
-        has_video=family in _QWEN_VL or family in _INTERNVL or family == "llava_onevision",
+        # Gemma 4 sends a video's frames through the image tower, which vLLM builds if either modality is on
+        has_video=family in _QWEN_VL or family in _INTERNVL or family in {"llava_onevision", "gemma4"},
     )
 
 
@@ -535,6 +551,7 @@ def _rope_scaling(config: dict[str, Any], source: str) -> RopeScaling | None:
 def from_hf_config(config: dict[str, Any], source: str, name: str | None = None) -> ModelArchitecture:
     """Read a config.json dictionary; `source` names the file in every error."""
     _refuse_huge_numbers(config, source)
+    _refuse_wrong_shapes(config, source)
     try:
         return _from_hf_config(config, source, name)
     except ModelConfigError:
@@ -542,7 +559,9 @@ def from_hf_config(config: dict[str, Any], source: str, name: str | None = None)
     except (TypeError, ValueError, AttributeError, ArithmeticError) as error:
         # An optional key of the wrong shape (a list for a number, a number for a list): the file, not a traceback.
         wrong = _shown(error)
-        raise ModelConfigError(f"{source}: a value has the wrong type or range for a config.json ({wrong})") from None
+        raise ModelConfigError(
+            f"{source}: a value has the wrong type or range for a config.json ({wrong}); {_FIX}"
+        ) from None
 
 
 def _heads(body: dict[str, Any], hidden: int, source: str) -> tuple[int, int, int]:
@@ -611,6 +630,21 @@ def _quantization(body: dict[str, Any], config: dict[str, Any], source: str) -> 
 
 _TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
 
+# Blocks a config.json nests and lists it holds: one of another type would be skipped or iterated letter by letter
+# (a vision tower dropped, a layer_types string read as layers named "f", "u"...), so it is refused by its key.
+_OBJECT_KEYS = (*_TEXT_CONFIG_KEYS, "vision_config", "quantization_config", "rope_scaling", "rope_parameters")
+_LIST_KEYS = ("architectures", "layer_types", "mlp_only_layers", "cross_attention_layers", "image_grid_pinpoints")
+
+
+def _refuse_wrong_shapes(config: dict[str, Any], source: str) -> None:
+    nested = next((k for k in _TEXT_CONFIG_KEYS if isinstance(config.get(k), dict)), None)
+    for block, prefix in ((config, ""), (config[nested] if nested else {}, f"{nested}.")):
+        for keys, kind, want in ((_OBJECT_KEYS, dict, "an object"), (_LIST_KEYS, list, "a list")):
+            for key in keys:
+                value = block.get(key)
+                if value is not None and not isinstance(value, kind):
+                    raise ModelConfigError(f"{source}: {prefix}{key} is {_shown(value)}, not {want}; {_FIX}")
+
 
 def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> ModelArchitecture:
     # A multimodal config nests its language model; InternVL's chat checkpoints call it llm_config.
@@ -622,6 +656,7 @@ def _from_hf_config(config: dict[str, Any], source: str, name: str | None) -> Mo
     nested = _NESTED_TEXT_DEFAULTS.get(model_type, {}) if text is not None else {}
     body = {**nested, **_CONFIG_DEFAULTS.get(model_type, {}), **body}
     _refuse_recurrent_state(body, source)
+    _refuse_cross_attention(config, body, source)
     hidden = _count(body, "hidden_size", source, "n_embd", "d_model", most=MAX_WIDTH)
     layers = _count(body, "num_hidden_layers", source, "n_layer", "num_layers", most=MAX_LAYERS)
     heads, kv_heads, head_dim = _heads(body, hidden, source)

@@ -96,11 +96,14 @@ def plan_fleet(
         if context_tokens > limit.tokens:
             raise PlanError(
                 f"requests of {context_tokens} tokens are longer than {shown(arch.name)}'s maximum of {limit.tokens} "
-                f"tokens ({limit.derivation})"
+                f"tokens ({limit.derivation}): size the requests at {limit.tokens} tokens or fewer"
             )
         deployment = replace(deployment, max_model_len=context_tokens)
     elif deployment.max_model_len < context_tokens:
-        raise PlanError(f"requests of {context_tokens} tokens do not fit --max-model-len {deployment.max_model_len}")
+        raise PlanError(
+            f"requests of {context_tokens} tokens do not fit --max-model-len {deployment.max_model_len}: raise it, or "
+            "size the requests smaller"
+        )
     prices = gpu_hour_prices or {}
     candidates = layouts(arch, tensor_parallel, pipeline_parallel, data_parallel)
     if data_parallel:

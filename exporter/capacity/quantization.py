@@ -112,9 +112,11 @@ def _int_bits(bits: int, group_size: int | None, scale_bytes: float = 2.0, zero_
     return weight + (scale_bytes + (bits / 8 if zero_points else 0)) / group_size
 
 
-def _fp8(block: list[int] | None) -> float:
+def _fp8(block: object) -> float:
     if block:
-        rows, columns = (_whole_in(side, "weight_block_size[]", 1, _MOST_GROUP) for side in block[:2])
+        if not isinstance(block, list) or len(block) != 2:
+            raise QuantizationError(f"quantization_config.weight_block_size is {block!r}, not [rows, columns]")
+        rows, columns = (_whole_in(side, "weight_block_size[]", 1, _MOST_GROUP) for side in block)
         return 1 + 4 / (rows * columns)  # one fp32 scale per block
     return 1.0
 
@@ -204,6 +206,10 @@ def _ignored(config: dict[str, Any]) -> list[str]:
     nested = config.get("quantization")
     blocks = [config, nested] if isinstance(nested, dict) else [config]
     keys = ("ignore", "modules_to_not_convert", "exclude_modules", "llm_int8_skip_modules")
+    for block in blocks:
+        wrong = next((k for k in keys if block.get(k) is not None and not isinstance(block[k], list)), None)
+        if wrong is not None:  # skipping it would price as quantized the modules it keeps in 16 bits
+            raise QuantizationError(f"quantization_config.{wrong} is {block[wrong]!r}, not a list of module names")
     patterns = [p for b in blocks for k in keys if isinstance(b.get(k), list) for p in b[k] if isinstance(p, str)]
     dynamic = config.get("dynamic")
     if isinstance(dynamic, dict):  # GPTQModel: a "-:" rule skips the modules it matches
@@ -243,17 +249,22 @@ def _kept_16bit(patterns: list[str]) -> frozenset[tuple[str, int]]:
 
 def _compressed_tensors(config: dict[str, Any]) -> Quantization:
     groups = config.get("config_groups") or {}
-    if not groups:
-        raise QuantizationError("quantization_config.config_groups is missing for compressed-tensors")
+    if not isinstance(groups, dict) or not groups or not all(isinstance(g, dict) for g in groups.values()):
+        raise QuantizationError(
+            f"quantization_config.config_groups is {groups!r}, not the object of schemes compressed-tensors writes"
+        )
     # the group over every Linear layer where there are several; a scheme per part is not priced separately
-    linear = [g for g in groups.values() if isinstance(g, dict) and "Linear" in (g.get("targets") or [])]
+    linear = [g for g in groups.values() if "Linear" in (g.get("targets") or [])]
     weights = (linear or list(groups.values()))[0].get("weights") or {}
+    if not isinstance(weights, dict):
+        raise QuantizationError(f"quantization_config.config_groups[].weights is {weights!r}, not an object")
     bits = _bits(weights, "num_bits", 8)
     if weights.get("type") == "float":
         if bits == 8:
             block = weights.get("block_structure") if weights.get("strategy") == "block" else None
             return Quantization("fp8", 8, _fp8(block))
-        group = _group(weights, "group_size", default=16) or 16
-        return Quantization("nvfp4", bits, bits / 8 + 1 / group)  # one fp8 scale per group
+        # one fp8 scale per group, so no per-channel reading: -1 would price the scales at minus a byte a weight
+        group = _whole_in(weights.get("group_size") or 16, "group_size", 1, _MOST_GROUP)
+        return Quantization("nvfp4", bits, bits / 8 + 1 / group)
     zero_points = not bool(weights.get("symmetric", True))
     return Quantization("int", bits, _int_bits(bits, _group(weights, "group_size"), zero_points=zero_points))
