@@ -5,7 +5,9 @@ written to result.json and report.html. Nothing is written unless every workload
 
 import argparse
 import asyncio
+import itertools
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -89,7 +91,9 @@ def add_autoscale(commands: Subcommands) -> None:
         "several, with --prometheus default every one",
     )
     replay_parser.add_argument("--format", choices=("table", "json"), default="table", help="what to print")
-    replay_parser.add_argument("--out", metavar="DIR", help="also write DIR/result.json and DIR/report.html")
+    replay_parser.add_argument(
+        "--out", metavar="DIR", type=flag_type(_folder), help="also write DIR/result.json and DIR/report.html"
+    )
     replay_parser.add_argument(
         "--tune",
         action="store_true",
@@ -104,6 +108,13 @@ def add_autoscale(commands: Subcommands) -> None:
         f"request-seconds, such as 0.1%% (default: {DEFAULT_OVERFLOW_BUDGET * 100:g}%%)",
     )
     replay_parser.set_defaults(handler=_replay)
+
+
+def _folder(text: str) -> str:
+    # An empty --out (an unset shell variable) would write into the working folder.
+    if not text.strip():
+        raise ValueError("an empty path; name the folder to write result.json and report.html in")
+    return text
 
 
 def _add_prometheus_access(parser: argparse.ArgumentParser) -> None:
@@ -210,6 +221,11 @@ def _replayed(
         oracle=oracle(trace, knee, workload.startup_seconds, bounds),
         replica_hour_price=price,
         unpriced=unpriced,
+        gaps=tuple(
+            (point.time, after.time)
+            for point, after in itertools.pairwise(trace)
+            if after.time - point.time > autoscaling.demand_window_seconds
+        ),
     )
 
 
@@ -236,7 +252,8 @@ def _traces(args: argparse.Namespace, workloads: Sequence[ScaledWorkload]) -> li
 
 def _source(args: argparse.Namespace) -> dict[str, Any]:
     if args.demand is not None:
-        return {"demand": args.demand}
+        # A file name not in UTF-8 (its bytes come as surrogates) is written with U+FFFD for them: the files are UTF-8.
+        return {"demand": os.fsencode(args.demand).decode("utf-8", "replace")}
     since = DEFAULT_SINCE_SECONDS if args.since is None else args.since
     return {"prometheus": args.prometheus, "since_seconds": since, "step_seconds": PROMETHEUS_STEP_SECONDS}
 
@@ -256,7 +273,9 @@ def _tuned(
 ) -> dict[str, Any]:
     budget = DEFAULT_OVERFLOW_BUDGET if args.overflow_budget is None else args.overflow_budget
     traces = [(result.workload, result.trace, _knee(result.workload)) for result in results]
-    return tune_document(tune(autoscaling, traces, config.saturation_queue, budget), results)
+    replayed = {result.workload.name for result in results}
+    unreplayed = [workload.name for workload in autoscaling.workloads if workload.name not in replayed]
+    return tune_document(tune(autoscaling, traces, config.saturation_queue, budget), results, unreplayed)
 
 
 def _write(out: Path, document: Mapping[str, Any]) -> list[Path]:

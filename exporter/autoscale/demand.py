@@ -1,6 +1,8 @@
 """The demand CSV `plimsoll autoscale replay --demand` reads: one row per sample, columns `time` (seconds, or an RFC
 3339 timestamp with its offset), `demand` (requests in flight, summed over the replicas), and optionally `queue_max`
-(the longest queue of any replica) and `queue_sum` (the queues summed over the replicas).
+(the longest queue of any replica) and `queue_sum` (the queues summed over the replicas). `queue_max` is checked
+and not replayed: the generated scaler reads the summed queue, no longer the longest one (exporter/scaling.py), and a
+trace written for the old trigger still loads.
 
 Parsed from text (the command reads the file, at most MAX_DEMAND_BYTES); each bad row is one error naming the file,
 the line and the column.
@@ -40,11 +42,11 @@ class DemandPoint:
 
     time: float  # seconds (Unix time where the file gave RFC 3339)
     demand: float
-    queue_max: float | None = None
     queue_sum: float | None = None
 
 
-def _cut(text: str) -> str:
+def cut(text: str) -> str:
+    """Text from a file or a server as an error quotes it: its repr, at most 40 characters of it."""
     return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
@@ -52,9 +54,9 @@ def _number(path: str, line: int, column: str, text: str, most: float = MAX_DEMA
     try:
         value = float(text)
     except ValueError:
-        raise DemandError(f"{path}:{line}: {column}: {_cut(text)} is not a number") from None
+        raise DemandError(f"{path}:{line}: {column}: {cut(text)} is not a number") from None
     if not (math.isfinite(value) and 0 <= value <= most):
-        raise DemandError(f"{path}:{line}: {column}: {_cut(text)} is not a number from 0 to {most:g}")
+        raise DemandError(f"{path}:{line}: {column}: {cut(text)} is not a number from 0 to {most:g}")
     return value
 
 
@@ -70,11 +72,10 @@ def _time(path: str, line: int, text: str) -> tuple[float, bool]:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise DemandError(
-            f"{path}:{line}: time: {_cut(text)} is neither seconds nor an RFC 3339 timestamp "
-            "(e.g. 2026-03-01T12:00:00Z)"
+            f"{path}:{line}: time: {cut(text)} is neither seconds nor an RFC 3339 timestamp (e.g. 2026-03-01T12:00:00Z)"
         ) from None
     if moment.tzinfo is None:
-        raise DemandError(f"{path}:{line}: time: {_cut(text)} has no UTC offset: add Z or +HH:MM")
+        raise DemandError(f"{path}:{line}: time: {cut(text)} has no UTC offset: add Z or +HH:MM")
     return moment.timestamp(), True
 
 
@@ -83,7 +84,7 @@ def _header(path: str, row: list[str]) -> dict[str, int]:
     unknown = [name for name in names if name not in REQUIRED + OPTIONAL]
     if unknown:
         raise DemandError(
-            f"{path}:1: column {_cut(unknown[0])} is not one of {', '.join(REQUIRED + OPTIONAL)}: rename or drop it"
+            f"{path}:1: column {cut(unknown[0])} is not one of {', '.join(REQUIRED + OPTIONAL)}: rename or drop it"
         )
     repeated = [name for name in names if names.count(name) > 1]
     if repeated:
@@ -100,14 +101,15 @@ def _point(path: str, line: int, columns: dict[str, int], row: list[str]) -> tup
     optional = {name: _number(path, line, name, row[columns[name]]) if name in columns else None for name in OPTIONAL}
     seconds, rfc3339 = _time(path, line, row[columns["time"]])
     demand = _number(path, line, "demand", row[columns["demand"]])
-    return DemandPoint(seconds, demand, optional["queue_max"], optional["queue_sum"]), rfc3339
+    return DemandPoint(seconds, demand, optional["queue_sum"]), rfc3339
 
 
 def parse_demand(text: str, path: str) -> tuple[DemandPoint, ...]:
     """The samples of a demand CSV, times strictly increasing; DemandError on the first bad row."""
     if len(text) > MAX_DEMAND_BYTES:
         raise DemandError(f"{path}: over {MAX_DEMAND_BYTES >> 20} MiB; replay a shorter span or a coarser step")
-    reader = csv.reader(io.StringIO(text.removeprefix("\ufeff")))
+    # Universal newlines: a file saved with bare CR line ends (classic Mac, some spreadsheets) reads as lines too.
+    reader = csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline=None))
     try:
         points = _points(path, ((reader.line_num, row) for row in reader if row))
     except csv.Error as error:  # a field over the csv module's 128 KiB: no number or time is that long

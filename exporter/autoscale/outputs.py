@@ -37,6 +37,7 @@ class WorkloadReplay:
     oracle: Run
     replica_hour_price: float | None  # None: the config does not price this workload's GPUs
     unpriced: str | None  # why there is no cost, in the words the table shows
+    gaps: tuple[tuple[float, float], ...]  # (a sample, the next) further apart than the demand window
 
 
 def _figures(run: Run, price: float | None) -> dict[str, Any]:
@@ -87,6 +88,7 @@ def _workload(result: WorkloadReplay) -> dict[str, Any]:
             "end": result.trace[-1].time,
             "samples": len(result.trace),
             "demand": [[point.time, point.demand] for point in result.trace],
+            "gaps": [list(gap) for gap in result.gaps],
         },
         **_figures(result.replay.run, price),
         "decisions": [_decision(decision) for decision in result.replay.decisions],
@@ -136,11 +138,13 @@ def _outcome(outcome: Outcome, results: Sequence[WorkloadReplay]) -> dict[str, A
     }
 
 
-def tune_document(tuning: Tuning, results: Sequence[WorkloadReplay]) -> dict[str, Any]:
-    """`--tune`'s answer, for the document's `tune` key; `results` in the order the tuning's workloads were given."""
+def tune_document(tuning: Tuning, results: Sequence[WorkloadReplay], unreplayed: Sequence[str]) -> dict[str, Any]:
+    """`--tune`'s answer, for the document's `tune` key; `results` in the order the tuning's workloads were given,
+    `unreplayed` the names of the config's other workloads, which the knobs also scale."""
     chosen = tuning.chosen
     return {
         "overflow_budget": tuning.budget,
+        "unreplayed_workloads": list(unreplayed),
         "replays": tuning.replays,
         "searched": {"margins": list(tuning.margins), "demand_windows_seconds": list(tuning.demand_windows_seconds)},
         "current": _outcome(tuning.current, results),
@@ -193,6 +197,18 @@ def _figures_table(workload: Mapping[str, Any]) -> Table:
     return table
 
 
+def gaps_text(trace: Mapping[str, Any]) -> str:
+    """What the trace's gaps longer than the demand window do to the figures, and what to do."""
+    gaps = trace["gaps"]
+    start, end = max(gaps, key=lambda gap: gap[1] - gap[0])
+    longest = offset_text(end - start)[1:]
+    return (
+        f"{len(gaps)} gap(s) without a sample longer than the demand window, the longest {longest} (h:mm:ss) from "
+        f"{offset_text(start - trace['start'])}: across a gap the scaler reads no demand while the figures hold the "
+        "sample before it, so overflow there is the gap's, not the scaler's; replay the spans either side apart"
+    )
+
+
 def synced(decisions: Sequence[Mapping[str, Any]]) -> int:
     """The syncs the document's decisions stand for: each entry is a run of `syncs` that decided the same."""
     return sum(decision["syncs"] for decision in decisions)
@@ -226,6 +242,8 @@ def _workload_lines(workload: Mapping[str, Any]) -> list[RenderableType]:
     lines: list[RenderableType] = [title, _figures_table(workload)]
     if workload["unpriced"] is not None:
         lines.append(plain(f"no cost: {workload['unpriced']}"))
+    if trace["gaps"]:
+        lines.append(Text(gaps_text(trace)))
     decisions = workload["decisions"]
     changes = [decision for decision in decisions if decision["replicas"] != decision["current_replicas"]]
     syncs = synced(decisions)
@@ -265,6 +283,24 @@ def _tune_table(tune: Mapping[str, Any]) -> Table:
     return table
 
 
+UNCHANGED = "the config's own margin and demand_window are the cheapest within the budget"
+
+
+def unchanged(tune: Mapping[str, Any]) -> bool:
+    """Whether the knobs chosen are the config's own: nothing to paste."""
+    chosen, current = tune["chosen"], tune["current"]
+    return (chosen["margin"], chosen["demand_window_seconds"]) == (current["margin"], current["demand_window_seconds"])
+
+
+def unreplayed_text(tune: Mapping[str, Any]) -> str:
+    """Where the knobs were tuned on some of the config's workloads: that they scale the others too."""
+    names = ", ".join(tune["unreplayed_workloads"])
+    return (
+        f"not replayed: {names}; margin and demand_window scale every workload in the config, so replay these with "
+        "the change too (--workload NAME, or --prometheus for all) before applying it"
+    )
+
+
 def unmet_budget_text(tune: Mapping[str, Any]) -> str:
     """Where no candidate met the budget: how close one came, and what would let one meet it."""
     lowest = tune["lowest_overflow"]
@@ -287,8 +323,12 @@ def _tune_lines(tune: Mapping[str, Any]) -> list[RenderableType]:
     ]
     if tune["chosen"] is None:
         lines.append(Text(f"no candidate meets the budget: {unmet_budget_text(tune)}"))
+    elif unchanged(tune):
+        lines.append(Text(f"no change: {UNCHANGED}"))
     else:
         lines += [Text("the config change (paste into the config):"), Text(tune["config_change"].rstrip("\n"))]
+    if tune["unreplayed_workloads"]:
+        lines.append(plain(unreplayed_text(tune)))
     return lines
 
 

@@ -5,7 +5,8 @@ Two queries per model, on the same steps: `sum(model:plimsoll_demand_requests:su
 `sum(plimsoll_requests_waiting{model="M"})` (the trace's queue_sum). The span is cut into chunks of at most
 MAX_POINTS_PER_QUERY steps, Prometheus' limit per series (a week at 15 s is 40,320 steps). Each answer is read through
 the one bounded fetch (exporter/sources/http.py: a deadline and a size cap) and checked: a successful matrix of at
-most one series, every time within the range asked, every value a number from 0 to MAX_DEMAND.
+most one series, at most one sample a step, every time within the range asked, every value a number from 0 to
+MAX_DEMAND.
 
 Gaps: a step without a demand sample is dropped from the trace, never filled. Prometheus already carries a sample
 forward for its lookback delta (5 min by default), so a missed scrape or rule evaluation never leaves a gap; what
@@ -43,7 +44,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from yarl import URL
 
-from exporter.autoscale.demand import MAX_DEMAND, MAX_DEMAND_ROWS, DemandError, DemandPoint
+from exporter.autoscale.demand import MAX_DEMAND, MAX_DEMAND_ROWS, DemandError, DemandPoint, cut
 from exporter.config import redact_url, validate_url
 from exporter.core.units import duration
 from exporter.display import shown
@@ -95,13 +96,20 @@ def queue_query(model: str) -> str:
 
 
 def prometheus_url(text: str) -> str:
-    """--prometheus: an http(s) URL without credentials, which would show in the output and result.json."""
+    """--prometheus: an http(s) base URL without credentials, which would show in the output and result.json, and
+    without a query or fragment, which each request replaces with its own (a token in it would be dropped, and
+    shown)."""
     try:
-        userinfo = "@" in urlsplit(text).netloc
+        parts = urlsplit(text)
     except ValueError:
-        userinfo = False  # validate_url says what is wrong with it
-    if userinfo:
+        return validate_url(text)  # it says what is wrong with it
+    if "@" in parts.netloc:
         raise ValueError(f"credentials in the URL would show in the output; give them with {_CREDENTIAL_FLAGS}")
+    if parts.query or parts.fragment or text.endswith(("?", "#")):
+        raise ValueError(
+            "a ?query or #fragment would be dropped from every request (each sets its own query): give the base URL "
+            "alone, such as http://prometheus:9090 or https://host/prometheus"
+        )
     return validate_url(text)
 
 
@@ -172,12 +180,14 @@ def _steps(since_seconds: float, step_seconds: float, now: float) -> tuple[float
     if not (math.isfinite(step_seconds) and step_seconds > 0):
         raise DemandError(f"the step must be a positive number of seconds, not {step_seconds!r}")
     if not (math.isfinite(since_seconds) and since_seconds >= step_seconds):
-        raise DemandError(f"the span ({since_seconds!r} s) must be at least one step ({step_seconds:g} s)")
+        raise DemandError(
+            f"--since {since_seconds:g}s: the span must be at least one step ({step_seconds:g} s); give a longer one"
+        )
     count = math.floor(since_seconds / step_seconds)
     if count + 1 > MAX_DEMAND_ROWS:
         raise DemandError(
-            f"{count + 1:,} steps of {step_seconds:g} s is over {MAX_DEMAND_ROWS:,}: replay a shorter span or a "
-            "coarser step"
+            f"--since {duration(since_seconds)}: {count + 1:,} steps of {step_seconds:g} s is over "
+            f"{MAX_DEMAND_ROWS:,}: replay a shorter span"
         )
     end = math.floor(now / step_seconds) * step_seconds
     return end - count * step_seconds, count
@@ -192,9 +202,15 @@ def _chunks(first: float, count: int, step_seconds: float) -> list[tuple[float, 
 
 
 def _value(query: _Query, pair: Any, span: tuple[float, float]) -> tuple[float, float]:
-    if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int | float)):
-        raise DemandError(f"{query.where}: {query.expr}: a sample is not [time, value]: is this a Prometheus?")
-    seconds, text = float(pair[0]), pair[1]
+    # Prometheus writes a value as a string ("1.5", "NaN"): one that is not is not its answer.
+    shaped = isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int | float)
+    if not (shaped and isinstance(pair[1], str)):
+        raise DemandError(f'{query.where}: {query.expr}: a sample is not [time, "value"]: is this a Prometheus?')
+    text = pair[1]
+    try:
+        seconds = float(pair[0])
+    except OverflowError:  # an integer hundreds of digits long: as far outside the range asked as a time can be
+        seconds = math.inf
     # A time outside the range asked (or NaN) is no answer to it, and one far out would have the replay step
     # through years of syncs.
     if not span[0] - _SENT_PRECISION <= seconds <= span[1] + _SENT_PRECISION:
@@ -204,21 +220,21 @@ def _value(query: _Query, pair: Any, span: tuple[float, float]) -> tuple[float, 
         )
     try:
         value = float(text)
-    except (TypeError, ValueError):
-        raise DemandError(f"{query.where}: {query.expr} at {_moment(seconds)}: {text!r} is not a number") from None
+    except ValueError:
+        raise DemandError(f"{query.where}: {query.expr} at {_moment(seconds)}: {cut(text)} is not a number") from None
     if not (math.isfinite(value) and 0 <= value <= MAX_DEMAND):
         raise DemandError(
-            f"{query.where}: {query.expr} at {_moment(seconds)}: {text!r} is not a number from 0 to {MAX_DEMAND:g}; "
-            "check the series in Prometheus"
+            f"{query.where}: {query.expr} at {_moment(seconds)}: {cut(text)} is not a number from 0 to "
+            f"{MAX_DEMAND:g}; check the series in Prometheus"
         )
     return seconds, value
 
 
-def _samples(query: _Query, text: str, span: tuple[float, float]) -> dict[float, float]:
-    """time -> value of a range query's answer over `span`, checked."""
+def _samples(query: _Query, text: str, span: tuple[float, float], step_seconds: float) -> dict[float, float]:
+    """time -> value of a range query's answer over `span` at `step_seconds`, checked."""
     try:
         answer = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep, which no answer holds
         raise DemandError(f"{query.where}: the answer to {query.expr} is not JSON: is this a Prometheus?") from None
     data = answer.get("data") if isinstance(answer, dict) else None
     if not isinstance(data, dict) or answer.get("status") != "success":
@@ -237,6 +253,12 @@ def _samples(query: _Query, text: str, span: tuple[float, float]) -> dict[float,
     values = (series[0].get("values") if isinstance(series[0], dict) else None) if series else []
     if not isinstance(values, list):
         raise DemandError(f"{query.where}: {query.expr}: the series has no list of values: is this a Prometheus?")
+    # One sample a step at most: more, kept, would grow the trace past the rows a replay takes.
+    steps = round((span[1] - span[0]) / step_seconds) + 1
+    if len(values) > steps:
+        raise DemandError(
+            f"{query.where}: {query.expr} answered {len(values):,} samples for {steps:,} steps: is this a Prometheus?"
+        )
     return dict(_value(query, pair, span) for pair in values)
 
 
@@ -273,7 +295,7 @@ async def _range(
     fetched = await fetch(session, str(url), QUERY_TIMEOUT_SECONDS, MAX_ANSWER_BYTES, access.headers)
     if fetched.text is None:
         raise _unanswered(query, span[0], access, fetched.detail or "no answer")
-    return _samples(query, fetched.text, span)
+    return _samples(query, fetched.text, span, step_seconds)
 
 
 async def demand_from_prometheus(
@@ -309,4 +331,4 @@ async def demand_from_prometheus(
             "rules/plimsoll.rules.yaml (plimsoll generate) into this Prometheus and let it record, or check the "
             "model name against the config's autoscaling workloads"
         )
-    return tuple(DemandPoint(at, demands[at], None, queues.get(at)) for at in sorted(demands))
+    return tuple(DemandPoint(at, demands[at], queues.get(at)) for at in sorted(demands))

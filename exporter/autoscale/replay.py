@@ -15,6 +15,7 @@ Prometheus' own scrape and rule-evaluation delays are not modelled either: the t
 
 import bisect
 import dataclasses
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -72,6 +73,7 @@ class Syncs:
         self.start = trace[0].time
         end = trace[-1].time
         self.count = self._first(0, lambda now: now > end)  # the syncs: those at or before the last sample
+        self.queued = any(point.queue_sum is not None for point in trace)  # whether the queue signal is modelled
         self._reads: dict[float, tuple[Reads, ...]] = {}
 
     def time(self, index: int) -> float:
@@ -103,11 +105,21 @@ class Syncs:
     def _walk(self, window: float) -> tuple[Reads, ...]:
         times, demands, last = self.times, self.demands, len(self.times)
         reads: list[Reads] = []
-        index = 0
+        # The samples in the window that no later one in it matches, by time: the first is the peak. Both ends of the
+        # window only move forward, so each sample enters and leaves once, however many the window holds.
+        peaks: deque[int] = deque()
+        entered = index = 0
         while index < self.count:
             now = self.time(index)
             low, high = bisect.bisect_left(times, now - window), bisect.bisect_right(times, now)
-            peak, queue = max(demands[low:high], default=0.0), self.points[high - 1].queue_sum
+            for sample in range(entered, high):
+                while peaks and demands[peaks[-1]] <= demands[sample]:
+                    peaks.pop()
+                peaks.append(sample)
+            entered = max(entered, high)
+            while peaks and peaks[0] < low:
+                peaks.popleft()
+            peak, queue = demands[peaks[0]] if peaks else 0.0, self.points[high - 1].queue_sum
             if not reads or (reads[-1].peak, reads[-1].queue) != (peak, queue):
                 reads.append(Reads(index, peak, queue))
             # Next: the first sync a later sample enters the window at, or the first one the window leaves a sample.
@@ -133,25 +145,48 @@ def _readings(peak: float, queue: float | None, spec: ScalerSpec, knee_concurren
     return readings
 
 
-def _resized(pods: list[float], replicas: int, ready_at: float) -> list[float]:
-    """The pods (each its ready time, in order: one added is ready last) after the HPA sets `replicas`: new ones
-    ready at `ready_at`, removals the latest-ready first."""
-    if replicas >= len(pods):
-        return pods + [ready_at] * (replicas - len(pods))
-    return pods[:replicas]
+# The pods, as groups (ready time, how many) by ready time: those ready as one group, then one per scale-up still
+# starting. A fleet of any size is a few entries, so a max_replicas in the millions costs what 2 does.
+Pods = tuple[tuple[float, int], ...]
 
 
-def _changes(pods: list[float], now: float, until: float) -> list[FleetChange]:
-    """The fleet from `now` until the next sync at `until`: as it is now, then as each starting pod turns ready."""
-    ready_times = sorted(set(pods[bisect.bisect_right(pods, now) : bisect.bisect_left(pods, until)]))
-    return [FleetChange(time, len(pods), bisect.bisect_right(pods, time)) for time in [now, *ready_times]]
+def _ready(pods: Pods, now: float) -> int:
+    if pods[-1][0] <= now:  # most syncs: every group ready
+        return sum(count for _, count in pods)
+    return sum(count for ready_at, count in pods if ready_at <= now)
 
 
-def _settled(fleet: list[FleetChange], pods: list[float], now: float) -> bool:
-    """Whether the fleet stays as its last change left it until the next sync: every pod ready, as many as then.
-    Most syncs; `fleet.run` would drop their changes as no change."""
+def _resized(pods: Pods, current: int, replicas: int, now: float, ready_at: float) -> Pods:
+    """The `current` pods after the HPA sets `replicas` at `now`: new ones ready at `ready_at`, removals the
+    latest-ready first (as a ReplicaSet deletes the not-ready ones first)."""
+    if replicas == current and (len(pods) == 1 or pods[1][0] > now):
+        return pods  # most syncs: nothing added or removed, and no starting group turned ready to merge
+    ready = _ready(pods, now)
+    groups = [*(((now, ready),) if ready else ()), *((at, count) for at, count in pods if at > now)]
+    if replicas > current:
+        groups.append((ready_at, replicas - current))
+    kept: list[tuple[float, int]] = []
+    left = replicas
+    for at, count in groups:
+        if left == 0:
+            break
+        kept.append((at, min(count, left)))
+        left -= kept[-1][1]
+    return tuple(kept)
+
+
+def _changes(pods: Pods, replicas: int, now: float, until: float) -> list[FleetChange]:
+    """The fleet of `replicas` pods from `now` until the next sync at `until`: as it is now, then as each starting
+    group turns ready."""
+    ready_times = [at for at, _ in pods if now < at < until]
+    return [FleetChange(time, replicas, _ready(pods, time)) for time in [now, *ready_times]]
+
+
+def _settled(fleet: list[FleetChange], pods: Pods, replicas: int, now: float) -> bool:
+    """Whether the fleet of `replicas` pods stays as its last change left it until the next sync: every pod ready,
+    as many as then. Most syncs; `fleet.run` would drop their changes as no change."""
     last = fleet[-1] if fleet else None
-    return last is not None and (not pods or pods[-1] <= now) and last.replicas == last.ready == len(pods)
+    return last is not None and pods[-1][0] <= now and last.replicas == last.ready == replicas
 
 
 def _repeats(decision: hpa.Decision, history: hpa.History) -> bool:
@@ -182,7 +217,8 @@ def replay_syncs(syncs: Syncs, spec: ScalerSpec, startup_seconds: float, knee_co
     stretch of equal readings, which are not stepped through: a steady month costs a few syncs."""
     bounds = (spec.min_replicas, spec.max_replicas)
     initial = replicas_needed(syncs.points[0].demand, knee_concurrency * spec.margin, bounds)
-    pods = [syncs.start] * initial  # each pod's ready time, in order
+    pods: Pods = ((syncs.start, initial),)
+    current = initial
     history = hpa.first_history(syncs.start, initial)
     fleet: list[FleetChange] = []
     decided: list[Decided] = []
@@ -196,24 +232,24 @@ def replay_syncs(syncs: Syncs, spec: ScalerSpec, startup_seconds: float, knee_co
         index = read.first
         while index < stop:
             now = syncs.time(index)
-            ready = bisect.bisect_right(pods, now)
             before = history
-            decision, history = hpa.decide(spec.behavior, bounds, history, now, len(pods), ready, readings)
+            decision, history = hpa.decide(spec.behavior, bounds, history, now, current, _ready(pods, now), readings)
             count = 1
             # Checking costs a pass over the recommendations: worth it only where it may skip more syncs than that.
             if stop - index > len(before.recommendations) and _repeats(decision, before):
                 count = stop - index
                 held = [syncs.time(later) for later in range(max(index + 1, stop - kept_syncs), stop)]
                 history = hpa.held(spec.behavior, history, held, decision.proposed_replicas)
-            if decision.replicas != len(pods) or decision.proposed_replicas != len(pods):
+            if decision.replicas != current or decision.proposed_replicas != current:
                 if decided and recorded_until == index and _same(decided[-1], decision):
                     decided[-1] = Decided(decided[-1].decision, decided[-1].syncs + count)
                 else:
                     decided.append(Decided(decision, count))
                 recorded_until = index + count
-            pods = _resized(pods, decision.replicas, now + startup_seconds)
-            if not _settled(fleet, pods, now):
-                fleet.extend(_changes(pods, now, now + hpa.SYNC_PERIOD_SECONDS))
+            pods = _resized(pods, current, decision.replicas, now, now + startup_seconds)
+            current = decision.replicas
+            if not _settled(fleet, pods, current, now):
+                fleet.extend(_changes(pods, current, now, now + hpa.SYNC_PERIOD_SECONDS))
             index += count
-    signals = tuple(reading.metric for reading in _readings(reads[0].peak, reads[0].queue, spec, knee_concurrency))
+    signals = (spec.demand.measure, spec.queue.measure) if syncs.queued else (spec.demand.measure,)
     return Replay(run(syncs.points, fleet, knee_concurrency), tuple(decided), signals)

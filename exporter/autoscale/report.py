@@ -2,9 +2,11 @@
 
 It opens with no network at all: inline CSS, charts as inline SVG, no script. Per workload: demand against the
 ready replicas' capacity with the overflow (demand above it) shaded and the oracle's ready capacity beside it, the
-replicas asked for and ready, the figures of the scaler and both baselines, and the decisions that changed the
-replicas. With `--tune`, what the tuner searched, the config lines it proposes (as the table prints them) and each
-workload's figures with the config's knobs and the tuned ones, or that no candidate met the budget.
+replicas asked for and ready, the figures of the scaler and both baselines (and the trace's gaps longer than the
+demand window, as the table names them), and the decisions that changed the replicas. With `--tune`, what the tuner
+searched, the config lines it proposes (as the table prints them, or that there is no change) and each workload's
+figures with the config's knobs and the tuned ones, or that no candidate met the budget; and the config's workloads
+it did not replay.
 
 A week at one sample per 15 s is 40,320 points, far more than a chart is pixels wide: a series with more changes
 than that is drawn as one value per pixel-wide bucket of time, the most demand and the fewest ready replicas in it
@@ -17,7 +19,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
-from exporter.autoscale.outputs import amount_text, cost_text, knobs_text, offset_text, synced, unmet_budget_text
+from exporter.autoscale.outputs import (
+    UNCHANGED,
+    amount_text,
+    cost_text,
+    gaps_text,
+    knobs_text,
+    offset_text,
+    synced,
+    unchanged,
+    unmet_budget_text,
+    unreplayed_text,
+)
 from exporter.autoscale.tune import duration_text
 from exporter.svg import PAGE_CSS, PLOT_WIDTH, Axis, Reference, Series, Shade, line_chart
 
@@ -219,6 +232,8 @@ def _workload(workload: Mapping[str, Any]) -> list[str]:
     parts += ["<h3>Figures</h3>", _figures(workload)]
     if workload["unpriced"] is not None:
         parts.append(f"<p>No cost: {escape(workload['unpriced'])}.</p>")
+    if trace["gaps"]:
+        parts.append(f'<p class="notes">{escape(gaps_text(trace))}.</p>')
     parts += ["<h3>Decisions</h3>", *_decisions(workload), "</section>"]
     return parts
 
@@ -228,10 +243,18 @@ def _share(value: float) -> str:
 
 
 def _proposal(tune: Mapping[str, Any]) -> list[str]:
-    """The tuner's answer in the words the table prints: the config lines to paste, or that nothing met the budget."""
+    """The tuner's answer in the words the table prints: the config lines to paste, or that nothing met the budget,
+    and the workloads it was not tuned on."""
+    unreplayed = [f'<p class="notes">{escape(unreplayed_text(tune))}.</p>'] if tune["unreplayed_workloads"] else []
+    return _answer(tune) + unreplayed
+
+
+def _answer(tune: Mapping[str, Any]) -> list[str]:
     chosen, current = tune["chosen"], tune["current"]
     if chosen is None:
         return [f'<p class="notes">No candidate meets the budget: {escape(unmet_budget_text(tune))}.</p>']
+    if unchanged(tune):
+        return [f"<p>No change: {escape(UNCHANGED)} ({knobs_text(chosen)}).</p>"]
     change = chosen["replica_hours"] / current["replica_hours"] - 1 if current["replica_hours"] > 0 else 0.0
     lines = tune["config_change"].rstrip("\n")
     return [
@@ -283,6 +306,8 @@ def _tune_summary(tune: Mapping[str, Any]) -> str:
     """What the page's head says of the tuning, linking to it."""
     if tune["chosen"] is None:
         return f' · <a href="#tune">--tune</a>: no candidate met the {_share(tune["overflow_budget"])} budget'
+    if unchanged(tune):
+        return ' · <a href="#tune">--tune</a>: no change'
     return f' · <a href="#tune">--tune</a> proposes {knobs_text(tune["chosen"])}'
 
 

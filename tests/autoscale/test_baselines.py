@@ -1,5 +1,9 @@
 """The figures of a fleet over a trace, and the two baselines, on traces small enough to work out by hand."""
 
+import bisect
+import math
+import random
+
 import pytest
 
 from exporter.autoscale.baselines import oracle, static_peak
@@ -50,3 +54,21 @@ def test_oracle_releases_replicas_as_soon_as_demand_falls() -> None:
 def test_oracle_within_max_replicas_overflows_where_the_bound_bites() -> None:
     figures = oracle(TRACE, 24, 30, (1, 2)).figures
     assert (figures.overflow_seconds, figures.overflow_request_seconds) == (60, 2 * 60)
+
+
+@pytest.mark.parametrize("startup", [1, 15, 120, 3600])
+def test_oracle_has_at_every_break_the_most_needed_over_the_next_start_up(startup: int) -> None:
+    """Against the definition read literally, on uneven traces: the replicas that exist at each change are the most
+    any sample from the one in force to the last within a start-up needs."""
+    rng = random.Random(startup)
+    time, trace = 0.0, []
+    for _ in range(400):
+        trace.append(DemandPoint(time, rng.choice([0, 5, 30, 90, 200]) * rng.random()))
+        time += rng.choice([1, 7, 15, 15, 60, 900])
+    times = [point.time for point in trace]
+    fleet = oracle(trace, 24, startup, (1, 10)).fleet
+    assert len(fleet) > 50
+    for change in fleet:
+        first = bisect.bisect_right(times, change.time) - 1
+        ahead = trace[first : bisect.bisect_right(times, change.time + startup)]
+        assert change.replicas == max(min(max(math.ceil(p.demand / 24), 1), 10) for p in ahead)

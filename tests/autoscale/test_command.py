@@ -145,6 +145,36 @@ def test_out_writes_result_json(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert sorted(os.listdir(out)) == ["report.html", "result.json"]  # no temporary file left beside them
 
 
+def test_a_demand_file_name_not_in_utf8_is_written_with_replacement_characters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    demand = _burst_csv(tmp_path).rename(tmp_path / os.fsdecode(b"burst-\xff.csv"))
+    out = tmp_path / "replay"
+    status, _, err = _replay(
+        capsys, "--config", str(_config(tmp_path, LLAMA)), "--demand", str(demand), "--out", str(out)
+    )
+    assert status == 0, err
+    assert json.loads((out / "result.json").read_text())["source"]["demand"] == f"{tmp_path}/burst-\ufffd.csv"
+    assert "burst-\ufffd.csv" in (out / "report.html").read_text()
+
+
+def test_a_gap_longer_than_the_demand_window_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two hours without a sample: the peak signal forgets the demand after the 10-minute window while the figures
+    hold it, so the overflow across the gap is the trace's, and the answer says so."""
+    demand = tmp_path / "gap.csv"
+    demand.write_text("time,demand\n0,50\n15,50\n7215,50\n7230,50\n")
+    config, out = _config(tmp_path, LLAMA), tmp_path / "replay"
+    (workload,) = _json(capsys, config, demand, "--out", str(out))["workloads"]
+    assert workload["trace"]["gaps"] == [[15.0, 7215.0]]
+    assert workload["overflow_seconds"] == 7215 - 1455 + 15  # from 4 replicas ready (40) to the end: the gap's
+    words = "1 gap(s) without a sample longer than the demand window, the longest 2:00:00 (h:mm:ss) from +0:00:15"
+    status, printed, _ = _replay(capsys, "--config", str(config), "--demand", str(demand))
+    assert status == 0 and words in printed
+    assert words in (out / "report.html").read_text()
+    steady = _json(capsys, config, _burst_csv(tmp_path))["workloads"][0]
+    assert steady["trace"]["gaps"] == []
+
+
 def _refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     status, out, err = _replay(capsys, *argv)
     assert status == 2 and out == ""
@@ -213,6 +243,7 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
         ["--config", "plimsoll.yaml", "--demand", "x.csv", "--prometheus", "http://127.0.0.1:9"],
         ["--config", "plimsoll.yaml", "--prometheus", "not a url"],
         ["--config", "plimsoll.yaml", "--prometheus", "http://127.0.0.1:9", "--since", "a week"],
+        ["--config", "plimsoll.yaml", "--demand", "x.csv", "--out", ""],  # an unset variable: not the working folder
     ],
 )
 def test_bad_flags_exit_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:

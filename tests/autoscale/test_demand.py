@@ -9,9 +9,9 @@ from exporter.autoscale.demand import DemandError, DemandPoint, parse_demand
 PATH = "week.csv"
 
 
-def test_seconds_with_the_queue_columns() -> None:
+def test_seconds_with_the_queue_columns_of_which_the_summed_queue_is_replayed() -> None:
     text = "time,demand,queue_max,queue_sum\n0,10,0,0\n15,12.5,3,4\n"
-    assert parse_demand(text, PATH) == (DemandPoint(0.0, 10.0, 0.0, 0.0), DemandPoint(15.0, 12.5, 3.0, 4.0))
+    assert parse_demand(text, PATH) == (DemandPoint(0.0, 10.0, 0.0), DemandPoint(15.0, 12.5, 4.0))
 
 
 def test_rfc3339_times_any_column_order_and_no_queue() -> None:
@@ -19,7 +19,7 @@ def test_rfc3339_times_any_column_order_and_no_queue() -> None:
     points = parse_demand(text, PATH)
     assert [point.time - points[0].time for point in points] == [0.0, 15.0]
     assert points[0].time == 1772366400.0
-    assert (points[1].demand, points[1].queue_max, points[1].queue_sum) == (6.0, None, None)
+    assert (points[1].demand, points[1].queue_sum) == (6.0, None)
 
 
 @pytest.mark.parametrize(
@@ -54,6 +54,13 @@ def test_each_bad_input_is_one_error_naming_file_line_and_column(text: str, erro
     with pytest.raises(DemandError) as raised:
         parse_demand(text, PATH)
     assert str(raised.value).startswith(error)
+
+
+def test_bare_carriage_returns_end_lines() -> None:
+    text = "time,demand\r0,5\r15,6\r"
+    assert parse_demand(text, PATH) == (DemandPoint(0.0, 5.0), DemandPoint(15.0, 6.0))
+    with pytest.raises(DemandError, match=rf"^{PATH}:3: demand: 'x' is not a number"):
+        parse_demand("time,demand\r0,5\r15,x\r", PATH)
 
 
 def test_a_quoted_field_spanning_lines_is_reported_at_its_own_line() -> None:

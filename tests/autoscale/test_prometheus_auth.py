@@ -299,3 +299,13 @@ def test_credentials_in_the_url_are_refused_without_repeating_them(tmp_path, cap
     err = capsys.readouterr().err
     assert exited.value.code == 2
     assert PASSWORD not in err and "--prometheus-bearer-token-file FILE" in err
+
+
+@pytest.mark.parametrize("suffix", [f"?access_token={PASSWORD}", f"#{PASSWORD}", "?"])
+def test_a_query_or_fragment_in_the_url_is_refused_without_repeating_it(tmp_path, capsys, suffix):
+    """Each request sets its own query, so a token put in the URL's would be dropped unsent, and shown."""
+    with pytest.raises(SystemExit) as exited:
+        _replay(capsys, tmp_path, f"http://127.0.0.1:9/{suffix}")
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert PASSWORD not in err and "a ?query or #fragment would be dropped from every request" in err

@@ -93,7 +93,7 @@ def _expected(series: Mapping[str, Series], demand: str, queues: tuple[str, ...]
         if value is None:
             continue
         waiting = [q for q in (_at(series[name], at) for name in queues) if q is not None]
-        points.append(DemandPoint(at, value, None, sum(waiting) if waiting else None))
+        points.append(DemandPoint(at, value, sum(waiting) if waiting else None))
     return tuple(points)
 
 
@@ -216,6 +216,25 @@ def test_a_sample_outside_the_range_asked_is_refused(when):
     assert demand_query(MODEL) in message and f"a sample at {when!r} s, outside the range asked" in message
 
 
+def test_integers_too_large_for_a_float_are_refused_not_raised():
+    huge = 10**400  # JSON holds integers of any length; float() of this one raises OverflowError
+    message = _error_from(_json(_matrix([[NOW - 15, "1"], [huge, "1"]])))
+    assert "a sample at inf s, outside the range asked" in message
+    message = _error_from(_json(_matrix([[NOW - 15, "1"], [NOW, huge]])))
+    assert 'a sample is not [time, "value"]' in message
+
+
+def test_more_samples_than_steps_are_refused():
+    """41 steps in the 600 s asked at 15 s; a server answering more would grow the trace without bound."""
+    values = [[NOW - 600 + k * 0.5, "1"] for k in range(1201)]
+    assert "answered 1,201 samples for 41 steps: is this a Prometheus?" in _error_from(_json(_matrix(values)))
+
+
+def test_a_long_value_is_cut_in_the_message():
+    message = _error_from(_json(_matrix([[NOW - 15, "1"], [NOW, "9x" * 100_000]])))
+    assert "is not a number" in message and len(message) < 300
+
+
 def test_an_instant_vector_instead_of_a_matrix_is_refused():
     vector = {"status": "success", "data": {"resultType": "vector", "result": []}}
     message = _error_from(_json(vector))
@@ -245,6 +264,13 @@ def test_a_series_that_is_not_an_object_is_refused():
 def test_an_answer_not_json_is_refused():
     async def respond(request: web.Request) -> web.StreamResponse:
         return web.Response(text="<<not json>>", content_type="text/plain")
+
+    assert "is not JSON" in _error_from(respond)
+
+
+def test_an_answer_nested_past_the_json_parser_s_depth_is_refused():
+    async def respond(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="[" * 100_000 + "]" * 100_000, content_type="application/json")
 
     assert "is not JSON" in _error_from(respond)
 
@@ -303,7 +329,11 @@ def test_both_queries_ask_for_the_same_steps_in_chunks_under_the_limit():
 
 @pytest.mark.parametrize(
     ("since", "step", "words"),
-    [(600, 0, "positive number of seconds"), (10, 15, "at least one step"), (8 * 86400, 1, "shorter span")],
+    [
+        (600, 0, "positive number of seconds"),
+        (10, 15, "^--since 10s: the span must be at least one step"),
+        (8 * 86400, 1, "^--since 8d: 691,201 steps of 1 s is over 604,800: replay a shorter span"),
+    ],
 )
 def test_a_span_or_step_that_cannot_be_read_is_refused_before_asking(since, step, words):
     with pytest.raises(DemandError, match=words):

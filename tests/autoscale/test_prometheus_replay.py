@@ -259,7 +259,7 @@ def _expected_trace(recorded: Recorded, end: float) -> tuple[DemandPoint, ...]:
             continue
         assert at - (recorded.first_scrape + k * STEP_S) < LOOKBACK_S, "the replay ran too long after the history"
         demand, waiting = _scripted(SCRIPT[k], CHAT)
-        points.append(DemandPoint(float(at), demand, None, waiting))
+        points.append(DemandPoint(float(at), demand, waiting))
     return tuple(points)
 
 

@@ -1,16 +1,19 @@
 """The generated scaler replayed over demand traces: a burst (scale-up lag, then the slow scale-down the generated
-behavior asks for), the replicas-needed signal of a workload without a knee, and the queue-trigger runaway of issue
-19 reproduced."""
+behavior asks for), the replicas-needed signal of a workload without a knee, the runaway of the old queue trigger (the
+longest queue as a Value target) shown gone, and a fleet at the largest max_replicas."""
 
+import bisect
 import dataclasses
+import random
 from pathlib import Path
 
 import pytest
 
 from exporter.autoscale import hpa
 from exporter.autoscale.baselines import oracle, static_peak
-from exporter.autoscale.demand import DemandPoint
-from exporter.autoscale.replay import replay
+from exporter.autoscale.demand import MAX_DEMAND, DemandPoint
+from exporter.autoscale.fleet import FleetChange
+from exporter.autoscale.replay import Syncs, replay
 from exporter.config import AutoscalingConfig, ScaledWorkload, load_config
 from exporter.scaling import PEAK_DEMAND, QUEUED, REPLICAS_NEEDED, Policy, Rules, ScalerSpec, scaler_spec
 
@@ -91,14 +94,18 @@ def test_without_a_knee_the_replicas_needed_rule_is_the_signal() -> None:
 
 
 def test_one_replica_s_queue_does_not_grow_a_fleet_of_20(llama: tuple[ScalerSpec, ScaledWorkload]) -> None:
-    """Issue 19's runaway: 20 replicas, one holding 3 waiting (a wedged or unlucky replica), the others idle. The
-    old trigger, the longest queue as a Value target of saturation.queue + 1 = 1, asked the HPA for 3 x 20 = 60
-    and, as the new replicas became ready, 3 x 40 = 120: the fleet ran to max replicas (64) and stayed there. The
-    queue summed over the replicas as an AverageValue target asks for at most ceil(waiting / 1) = 3, below the 20
-    running: the fleet stays at what min replicas and the demand need."""
+    """The old queue trigger's runaway: 20 replicas, one holding 3 waiting (a wedged or unlucky replica), the others
+    idle. The old trigger, the longest queue as a Value target of saturation.queue + 1 = 1, asked the HPA for
+    3 x 20 = 60 and, as the new replicas became ready, 3 x 40 = 120: the fleet ran to max replicas (64) and stayed
+    there. The queue summed over the replicas as an AverageValue target asks for at most ceil(waiting / 1) = 3,
+    below the 20 running: the fleet stays at what min replicas and the demand need."""
     spec, workload = llama
     spec = dataclasses.replace(spec, min_replicas=20, max_replicas=64)
-    trace = _trace((1800, 27), queue_sum=3)
+    trace = _trace((1800, 27), queue_sum=3)  # one replica's queue: the longest and the sum alike
+    old = dataclasses.replace(spec, queue=dataclasses.replace(spec.queue, metric_type="Value"))
+    ran = replay(trace, old, workload.startup_seconds, 24)
+    assert [d.decision.proposed_replicas for d in ran.decisions][:2] == [60, 60]
+    assert ran.run.figures.peak_replicas == 64 and ran.run.fleet[-1].replicas == 64
     result = replay(trace, spec, workload.startup_seconds, 24)
     assert result.signals == (PEAK_DEMAND, QUEUED)
     assert all(d.decision.replicas == d.decision.current_replicas == 20 for d in result.decisions)
@@ -129,3 +136,49 @@ def test_a_scale_down_removes_the_replicas_still_starting_first(llama: tuple[Sca
     result = replay(_trace((60, 20), (15, 150), (600, 20)), spec, workload.startup_seconds, 24)
     assert [(c.time, c.replicas, c.ready) for c in result.run.fleet] == [(0, 2, 2), (60, 4, 2), (75, 2, 2)]
     assert result.run.figures.overflow_seconds == 15
+
+
+def test_the_largest_max_replicas_the_config_takes_replays_at_once(llama: tuple[ScalerSpec, ScaledWorkload]) -> None:
+    """max_replicas up to the HPA's 2^31 - 1 and a demand of 10^12 are both accepted: the fleet doubles per sync to
+    the bound without the replay holding a value per replica (which ran out of memory under 6 GB)."""
+    spec, workload = llama
+    most = 2**31 - 1
+    spec = dataclasses.replace(spec, max_replicas=most)
+    result = replay(_trace((60, 20), (900, MAX_DEMAND)), spec, workload.startup_seconds, 24)
+    ups = [d.decision.replicas for d in result.decisions if d.decision.replicas > d.decision.current_replicas]
+    assert ups == [2**k for k in range(2, 31)] + [most]
+    assert result.run.figures.peak_replicas == most
+    # the last doubling at 60 + 29 x 15 s, every replica ready one start-up later
+    assert result.run.fleet[-1] == FleetChange(60 + 29 * 15 + workload.startup_seconds, most, most)
+
+
+def test_a_queue_recorded_only_after_the_first_sample_is_still_a_signal(
+    llama: tuple[ScalerSpec, ScaledWorkload],
+) -> None:
+    """From Prometheus, a step with demand but no queue sample has no queue_sum: a trace whose queue series starts
+    late still has the queue modelled where it was recorded, and says so."""
+    spec, workload = llama
+    trace = (*_trace((300, 20)), *(dataclasses.replace(p, time=p.time + 315) for p in _trace((600, 20), queue_sum=9)))
+    result = replay(trace, spec, workload.startup_seconds, 24)
+    assert result.signals == (PEAK_DEMAND, QUEUED)
+    assert any(d.decision.metric == QUEUED for d in result.decisions)
+
+
+@pytest.mark.parametrize("window", [0.0, 15.0, 600.0, 86400.0])
+def test_the_readings_are_the_peak_over_the_window_at_every_sync(window: float) -> None:
+    """Against the definition read literally, on an uneven trace: at each sync the peak is the most demand of the
+    samples within the window before it (0 where none is), the queue the last sample's."""
+    rng = random.Random(int(window))
+    time, trace = 0.0, []
+    for _ in range(600):
+        trace.append(DemandPoint(time, rng.choice([0, 3, 30, 90]) * rng.random(), queue_sum=rng.choice([None, 2.0])))
+        time += rng.choice([1, 7, 15, 40, 900, 4000])
+    syncs = Syncs(trace)
+    reads = syncs.reads(window)
+    times = [point.time for point in trace]
+    for read, stop in zip(reads, [*(r.first for r in reads[1:]), syncs.count], strict=True):
+        for index in range(read.first, stop):
+            now = syncs.time(index)
+            within = trace[bisect.bisect_left(times, now - window) : bisect.bisect_right(times, now)]
+            last = trace[bisect.bisect_right(times, now) - 1]
+            assert (read.peak, read.queue) == (max((p.demand for p in within), default=0.0), last.queue_sum)

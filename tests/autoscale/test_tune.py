@@ -183,6 +183,24 @@ def test_result_json_holds_the_tuning(tmp_path: Path, capsys: pytest.CaptureFixt
     assert tune["config_change"] in printed and tune["chosen"]["meets_budget"]
 
 
+def test_tuned_on_one_of_several_workloads_the_answer_names_the_others(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The knobs scale every workload of the config: a CSV tunes on one, and the change must not read as checked for
+    the others."""
+    config, trace = _config(tmp_path), _csv(tmp_path, _diurnal())
+    alone = _json(capsys, config, trace, "--tune")["tune"]
+    assert alone["unreplayed_workloads"] == []
+    text = config.read_text()
+    config.write_text(text + text[text.index("    - model: llama") :].replace("llama", "qwen"))
+    out = tmp_path / "replay"
+    status, printed, _ = _run(capsys, config, trace, "--tune", "--workload", "vllm-llama", "--out", str(out))
+    assert status == 0
+    assert json.loads((out / "result.json").read_text())["tune"]["unreplayed_workloads"] == ["vllm-qwen"]
+    assert "not replayed: vllm-qwen; margin and demand_window scale every workload" in printed
+    assert "not replayed: vllm-qwen; margin and demand_window scale every workload" in (out / "report.html").read_text()
+
+
 def test_one_margin_and_window_must_hold_every_workload(tmp_path: Path) -> None:
     """The knobs are the config's, shared by its workloads: a workload whose burst no candidate absorbs leaves the
     budget unmet for both, though the other alone would meet it."""
@@ -260,3 +278,19 @@ def test_the_tuner_answers_as_the_straightforward_search_does(tmp_path: Path, bu
         within, key=lambda o: (o.total_replica_hours, o.worst_share, o.knobs != current), default=None
     )
     assert tuned.lowest_overflow == min(outcomes, key=lambda o: (o.worst_share, o.total_replica_hours))
+
+
+def test_where_the_config_s_own_knobs_win_there_is_nothing_to_paste(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No demand at all: every candidate runs min replicas, a tie the config's own knobs win, so the answer is no
+    change, not lines to paste that repeat the config."""
+    out = tmp_path / "replay"
+    status, printed, _ = _run(capsys, _config(tmp_path), _csv(tmp_path, [0.0] * 240), "--tune", "--out", str(out))
+    assert status == 0
+    tune = json.loads((out / "result.json").read_text())["tune"]
+    assert (tune["chosen"]["margin"], tune["chosen"]["demand_window_seconds"]) == (0.8, 600)
+    assert "no change: the config's own margin and demand_window are the cheapest within the budget" in printed
+    assert "paste" not in printed
+    page = (out / "report.html").read_text()
+    assert "No change: the config&#x27;s own margin" in page and "--tune</a>: no change" in page
