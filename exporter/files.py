@@ -4,6 +4,7 @@ disk."""
 
 import errno
 import os
+import ssl
 import stat
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -53,6 +54,26 @@ def read_secret(path: str, limit: int, name: str) -> str:
     if not secret.isprintable():
         raise ValueError(f"{name} {path}: holds a line break or a control character: one line, the secret alone")
     return secret
+
+
+# A CA bundle: the system's whole bundle is a few hundred kilobytes.
+MAX_CA_BYTES = 4 << 20
+
+
+def ca_context(path: str, name: str) -> ssl.SSLContext:
+    """A TLS context trusting the CA bundle that `name` (a flag) gives as `path`, read here, bounded, rather than by
+    OpenSSL, which would wait forever on a FIFO with no writer: a ValueError naming both where read_capped refuses
+    it or where it holds no PEM certificate."""
+    data = read_capped(path, MAX_CA_BYTES, name, "not a CA bundle")
+    no_certificate = ValueError(f"{name} {path}: holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    # A bundle's comments may name an issuer in UTF-8; the certificates themselves are ASCII.
+    text = data.decode("ascii", errors="ignore")
+    if not text.strip():  # empty cadata reads as none given: the system's CAs, not the file's
+        raise no_certificate
+    try:
+        return ssl.create_default_context(cadata=text)
+    except ssl.SSLError:
+        raise no_certificate from None
 
 
 def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:

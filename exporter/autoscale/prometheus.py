@@ -48,7 +48,7 @@ from exporter.autoscale.demand import MAX_DEMAND, MAX_DEMAND_ROWS, DemandError, 
 from exporter.config import redact_url, validate_url
 from exporter.core.units import duration
 from exporter.display import shown
-from exporter.files import read_capped, read_secret
+from exporter.files import ca_context, read_secret
 from exporter.scaling import DEMAND_RECORD, promql_string
 from exporter.sources.http import TLS_FAILED, fetch
 
@@ -58,10 +58,8 @@ QUERY_TIMEOUT_SECONDS = 60.0
 # 11,000 points of one series is about 300 kB of JSON; anything far larger is not the answer asked for.
 MAX_ANSWER_BYTES = 8 << 20
 QUEUE_METRIC = "plimsoll_requests_waiting"
-# A token or a password is a line: a file far larger is not the one meant. A CA bundle (the system's is ~200 kB) is
-# allowed more.
+# A token or a password is a line: a file far larger is not the one meant.
 MAX_SECRET_BYTES = 64 << 10
-MAX_CA_BYTES = 4 << 20
 # What the bounded fetch says of an answer that refused the request: Prometheus behind an authenticating proxy.
 _REFUSED = frozenset(("HTTP 401", "HTTP 403"))
 _SENT_PRECISION = 0.001  # seconds: a query's start and end are sent to the millisecond
@@ -148,16 +146,10 @@ def _authorization(bearer_token_file: str | None, basic_auth_user: str | None, p
 def _tls(ca_file: str | None) -> ssl.SSLContext | None:
     if ca_file is None:
         return None
-    data = read_capped(ca_file, MAX_CA_BYTES, "--prometheus-ca-file", "not a CA bundle")
-    no_certificate = DemandError(
-        f"--prometheus-ca-file {ca_file}: holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
-    )
-    if not data.strip():  # create_default_context takes an empty cadata as none given: the system's CAs
-        raise no_certificate
     try:
-        return ssl.create_default_context(cadata=data.decode("ascii"))
-    except (UnicodeDecodeError, ssl.SSLError):
-        raise no_certificate from None
+        return ca_context(ca_file, "--prometheus-ca-file")
+    except ValueError as error:
+        raise DemandError(str(error)) from None
 
 
 def prometheus_access(

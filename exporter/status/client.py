@@ -29,7 +29,7 @@ from exporter.cli_args import EXIT_INTERRUPTED
 from exporter.config import redact_url
 from exporter.core import status_format
 from exporter.display import plain, shown
-from exporter.files import read_capped, read_secret
+from exporter.files import ca_context, read_secret
 from exporter.sources import http
 from exporter.status.defaults import DEFAULT_URL, PASSWORD_ENV
 
@@ -40,7 +40,6 @@ MAX_STATE_BYTES = 4 * 1024 * 1024
 MAX_ROWS = 1_000
 MAX_CELL_CHARS = 200  # 1,000 rows of 4 kB errors were 17 MB of wrapped text
 MAX_HISTORY_POINTS = 1_000  # a daemon keeps HISTORY_POINTS (60, exporter/daemon/poll.py) an instance
-MAX_CA_BYTES = 4 << 20  # a CA bundle: the system's whole bundle is a few hundred kilobytes
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_POINTS = 20
 LEVEL_STYLES = {"at": "bold red", "near": "bold yellow", "ok": "", "none": "dim italic"}
@@ -461,19 +460,7 @@ def _authorization(args: argparse.Namespace) -> str | None:
 
 
 def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
-    if args.ca_file is None:
-        return None
-    # Read here, bounded, rather than by OpenSSL: it would wait forever on a FIFO with no writer.
-    data = read_capped(args.ca_file, MAX_CA_BYTES, "--ca-file", "not a CA bundle")
-    no_certificate = ValueError(f"--ca-file {args.ca_file}: holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
-    # A bundle's comments may name an issuer in UTF-8; the certificates themselves are ASCII.
-    text = data.decode("ascii", errors="ignore")
-    if not text.strip():  # empty cadata reads as none given: the system's CAs, not the file's
-        raise no_certificate
-    try:
-        return ssl.create_default_context(cadata=text)
-    except ssl.SSLError:
-        raise no_certificate from None
+    return None if args.ca_file is None else ca_context(args.ca_file, "--ca-file")
 
 
 def _watch(request: Request, first: Fetched, url: str, interval: float, console: Console) -> int:

@@ -270,6 +270,15 @@ def test_a_private_ca_is_trusted_with_the_ca_file(tmp_path, capsys, private_ca):
     assert guarded.url.startswith("https://") and guarded.seen
 
 
+def test_a_bundle_whose_comments_name_an_issuer_in_utf8_is_trusted(tmp_path, capsys, private_ca):
+    server, ca_file = private_ca
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_bytes("# Issuer: Zertifizierungsstelle Grüne Wiese\n".encode() + ca_file.read_bytes())
+    with _guarded(None, tls=server) as guarded:
+        status, _, err = _replay(capsys, tmp_path, guarded.url, "--prometheus-ca-file", str(bundle))
+    assert status == 0, err
+
+
 def test_a_certificate_from_an_unknown_ca_names_the_ca_file_flag(tmp_path, capsys, private_ca):
     server, _ = private_ca
     with _guarded(None, tls=server) as guarded:
