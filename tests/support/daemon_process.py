@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -83,6 +84,11 @@ def _healthy(daemon: DaemonProcess) -> bool | None:
     return status == 200 or None
 
 
+# A port free_port found can be taken before the daemon binds it (by any process's outgoing connection): the start
+# is tried again on another port, so a busy machine does not fail a test that is not about the port.
+_PORT_TRIES = 3
+
+
 @contextlib.contextmanager
 def running_daemon(
     workdir: Path,
@@ -91,24 +97,40 @@ def running_daemon(
     env: Mapping[str, str] | None = None,
 ) -> Iterator[DaemonProcess]:
     """`plimsoll run` with `config` written to workdir/plimsoll.yaml (None: no --config) plus `args`."""
-    port = free_port()
-    argv = [sys.executable, "-m", "exporter", "run", "--listen", f"{LOOPBACK}:{port}", "--nvml", "off", *args]
     config_path = None
     if config is not None:
         config_path = workdir / "plimsoll.yaml"
         config_path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+    for attempt in range(1, _PORT_TRIES + 1):
+        daemon = _started(workdir, config_path, args, env)
+        try:
+            wait_until(functools.partial(_healthy, daemon), READY_TIMEOUT_S, f"plimsoll answering on {daemon.url}")
+        except NotReady as error:
+            daemon.stop()
+            raise AssertionError(f"{error}\n{daemon.log()[-4000:]}") from None
+        except AssertionError:
+            daemon.stop()
+            if attempt < _PORT_TRIES and "address already in use" in daemon.log():
+                continue
+            raise
+        break
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+def _started(
+    workdir: Path, config_path: Path | None, args: Sequence[str], env: Mapping[str, str] | None
+) -> DaemonProcess:
+    port = free_port()
+    argv = [sys.executable, "-m", "exporter", "run", "--listen", f"{LOOPBACK}:{port}", "--nvml", "off", *args]
+    if config_path is not None:
         argv += ["--config", str(config_path)]
     log_path = workdir / "plimsoll.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=None if env is None else dict(env))
-    daemon = DaemonProcess(process, f"http://{LOOPBACK}:{port}", log_path, config_path)
-    try:
-        wait_until(lambda: _healthy(daemon), READY_TIMEOUT_S, f"plimsoll answering on {daemon.url}")
-        yield daemon
-    except NotReady as error:
-        raise AssertionError(f"{error}\n{daemon.log()[-4000:]}") from None
-    finally:
-        daemon.stop()
+    return DaemonProcess(process, f"http://{LOOPBACK}:{port}", log_path, config_path)
 
 
 @contextlib.contextmanager
