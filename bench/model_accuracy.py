@@ -184,6 +184,7 @@ def _setup(entry: dict[str, Any]) -> Setup | None:
         kv_cache_dtype="fp8" if str(entry.get("kv_cache_dtype", "auto")).startswith("fp8") else "auto",
         block_size=entry.get("block_size"),
         enforce_eager=bool(entry.get("enforce_eager")),
+        async_scheduling=entry.get("async_scheduling") is not False,
         quantization=quantization,
         vllm_version=_version(entry.get("vllm_version")),
         # --language-model-only sets every modality's limit to 0; the data writes that out per modality

@@ -214,17 +214,25 @@ def _refuse_unreadable(path: Path) -> None:
         )
 
 
+def _expanded(spec: str) -> Path:
+    """`spec` as a path, `~` expanded as a shell would; `~user` of no such user stays as written."""
+    try:
+        return Path(spec).expanduser()
+    except RuntimeError:
+        return Path(spec)
+
+
 def _config_file(spec: str) -> Path | None:
     """The config.json `spec` names, as the file or its directory; None when it names no file."""
     try:
-        path = Path(spec).expanduser()
+        path = _expanded(spec)
         if path.is_dir():
             path = path / "config.json"
             if not os.path.lexists(path):
                 raise CatalogError(f"{shown(spec)}: directory has no config.json")
             _refuse_unreadable(path)
         return path if path.is_file() else None
-    except (OSError, RuntimeError):  # a name too long for a path, or ~user of no such user: not a file
+    except OSError:  # a name too long for a path: not a file
         return None
 
 
@@ -454,7 +462,7 @@ def load_model(spec: str, *, from_hub: bool = True) -> ModelArchitecture:
             return _from_cache(cached, spec)
         repository = _hub_spec(spec)
         if repository is None:
-            _refuse_unreadable(Path(spec))
+            _refuse_unreadable(_expanded(spec))
             raise
         return _from_cache(_hub_config(_hub_request(*repository, os.environ, from_hub)), spec)
     return from_hf_config(preset.config, source=f"preset {preset.id}", name=preset.hf_id)

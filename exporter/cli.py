@@ -18,7 +18,7 @@ from exporter.capacity.kv import KvDtypeError
 from exporter.capacity.plan import PlanError
 from exporter.capacity.weights import DtypeError
 from exporter.catalog import CatalogError
-from exporter.cli_args import EXIT_INTERRUPTED, EXIT_OK, Subcommands
+from exporter.cli_args import EXIT_INTERRUPTED, EXIT_OK, Parser, Subcommands
 from exporter.config import ConfigError
 from exporter.daemon.command import add_check_config, add_run
 from exporter.display import shown
@@ -54,7 +54,7 @@ _SUBCOMMANDS: tuple[Callable[[Subcommands], None], ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="plimsoll",
         description="Capacity observability for LLM serving: the load line for your inference fleet.",
     )

@@ -6,7 +6,7 @@ import functools
 import os
 import re
 from collections.abc import Callable
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, NoReturn, TypeAlias, TypeVar
 
 from exporter.config import validate_duration
 from exporter.core.units import parse_duration, parse_size
@@ -17,7 +17,7 @@ EXIT_OK = 0  # an answer (a plan that does not fit is an answer)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 # What each command package's `add_...` is given to add its subcommand to (a string: argparse's class takes no
 # type argument at run time).
-Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Subcommands: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):
@@ -28,6 +28,25 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
         if action.default in (None, False, argparse.SUPPRESS) or "default" in text or not action.option_strings:
             return text
         return f"{text} (default: %(default)s)"
+
+
+# argparse's refusal of a flag whose value it took for a flag ("--pp-layer-partition -1,33": only a plain negative
+# number such as -1 or -0.5 reads as a value).
+_VALUE_READ_AS_FLAG = re.compile(r"argument (?P<flag>-[^/:\s]+)(?:/[^:]*)?: expected one argument")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, saying what a flag takes and how to give a value that starts with '-' where it found none."""
+
+    def error(self, message: str) -> NoReturn:
+        missing = _VALUE_READ_AS_FLAG.fullmatch(message)
+        if missing:
+            flag = missing["flag"]
+            takes = next((a.help for a in self._actions if flag in a.option_strings and a.help), None)
+            if takes and "%" not in takes:  # a help string with argparse's %-formatting is left out, not garbled
+                message += f" ({takes})"
+            message += f"; a value that starts with '-' reads as a flag: write {flag}=VALUE"
+        super().error(message)
 
 
 def flag_type(parse: Callable[[str], T]) -> Callable[[str], T]:
@@ -87,11 +106,15 @@ def engine_int(text: str) -> int:
     return value
 
 
-def context_length_arg(text: str) -> int | None:
-    """A context length as vLLM and SGLang read it; "auto" or -1 (vLLM's spelling of the default) is the
-    model's own maximum."""
+def context_length_arg(text: str) -> int:
+    """A context length as vLLM and SGLang read it. vLLM's -1 and "auto" are no length: they shrink the context at
+    startup to what the KV cache holds (_auto_fit_max_model_len in vllm/v1/core/kv_cache_utils.py)."""
     if text.strip().lower() in {"auto", "-1"}:
-        return None
+        raise argparse.ArgumentTypeError(
+            "-1 and auto are vLLM's auto-fit (the context shrunk at startup to what the KV cache holds), which "
+            "Plimsoll does not plan: leave the flag out to plan the model's maximum (a plan that does not fit names "
+            "the longest --max-model-len that does), or give a length"
+        )
     return engine_int(text)
 
 

@@ -133,7 +133,7 @@ def _deployment_arguments(p: argparse._ActionsContainer) -> None:
     )
     add(
         "--max-model-len",
-        type=at_most(context_length_arg, _MAX_TOKENS, f"1 to {_MAX_TOKENS:,}, or auto"),
+        type=at_most(context_length_arg, _MAX_TOKENS),
         help="context length, e.g. 32768 or 32K (default: the model's)",
     )
     add("--max-num-batched-tokens", type=at_most(engine_int, _MAX_TOKENS), help="default: vLLM's for this GPU")
@@ -159,12 +159,24 @@ def _deployment_arguments(p: argparse._ActionsContainer) -> None:
         "reads video) serves the model language-only, without its vision tower or the encoder's profiling run",
     )
     add(
+        "--language-model-only",
+        action="store_true",
+        help="vLLM's: every modality's limit 0, as --limit-mm-per-prompt '{\"image\": 0, \"video\": 0}' (no "
+        "vision tower, no encoder profiling), whatever --limit-mm-per-prompt says",
+    )
+    add(
         "--mm-encoder-tp-mode",
         choices=MM_ENCODER_TP_MODES,
         help="vLLM's: weights splits the vision tower over TP (default), data keeps a copy per GPU",
     )
     add("--quantization", help="online quantization of a 16-bit checkpoint: fp8 or bitsandbytes")
     add("--enforce-eager", action="store_true", help="no CUDA graphs")
+    add(
+        "--no-async-scheduling",
+        action="store_true",
+        help="vLLM's: one batch in flight instead of two, so from v0.26 a sliding-window layer keeps one batch of "
+        "tokens beyond its window, not two",
+    )
     add(
         "--vllm-version",
         type=version_arg,
@@ -299,6 +311,15 @@ def _or(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
+def _mm_limits(args: argparse.Namespace) -> tuple[tuple[str, int], ...]:
+    """--limit-mm-per-prompt's limits; under --language-model-only every modality's is 0, as vLLM's
+    MultiModalConfig.get_limit_per_prompt answers then whatever the limits say (vllm/config/multimodal.py)."""
+    limits: tuple[tuple[str, int], ...] = args.limit_mm_per_prompt or ()
+    if not args.language_model_only:
+        return limits
+    return tuple(sorted(dict.fromkeys([*dict(limits), "image", "video"], 0).items()))
+
+
 def deployment_from_args(args: argparse.Namespace) -> Deployment:
     _check_agrees_with_engine_command_line(args)
     return Deployment(
@@ -316,9 +337,10 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
         block_size=args.block_size,
         kv_cache_memory_bytes=args.kv_cache_memory,
         enforce_eager=args.enforce_eager,
+        async_scheduling=not args.no_async_scheduling,
         quantization=quantization.from_flag(args.quantization) if args.quantization else None,
         vllm_version=args.vllm_version,
         pp_layer_partition=args.pp_layer_partition,
-        mm_limits=args.limit_mm_per_prompt or (),
+        mm_limits=_mm_limits(args),
         mm_encoder_tp_mode=_or(args.mm_encoder_tp_mode, "weights"),
     )

@@ -49,8 +49,10 @@ SETTINGS: tuple[EngineSpellings, ...] = (
     EngineSpellings("--kv-cache-memory-bytes", ("--kv-cache-memory-bytes",), ()),
     EngineSpellings("--quantization", ("--quantization", "-q"), ("--quantization",)),
     EngineSpellings("--limit-mm-per-prompt", ("--limit-mm-per-prompt",), ()),
+    EngineSpellings("--language-model-only", ("--language-model-only",), (), switch=True),
     EngineSpellings("--mm-encoder-tp-mode", ("--mm-encoder-tp-mode",), ()),
     EngineSpellings("--enforce-eager", ("--enforce-eager",), ("--disable-cuda-graph",), switch=True),
+    EngineSpellings("--no-async-scheduling", ("--no-async-scheduling",), (), switch=True),
 )
 
 # Flags that change nothing Plimsoll models: serving, logging, parsing, scheduling order, prefix caching.
@@ -71,6 +73,7 @@ _IGNORED_SWITCHES = frozenset(
         "--enable-auto-tool-choice", "--enable-prefix-caching", "--enable-chunked-prefill", "--disable-radix-cache",
         "--enable-metrics", "--log-requests", "--disable-overlap-schedule", "--enable-mixed-chunk",
         "--enable-p2p-check", "--disable-fastapi-docs", "--disable-uvicorn-access-log", "--enable-cache-report",
+        "--async-scheduling",
     }
 )  # fmt: skip
 # Takes every following word up to the next flag (vLLM's nargs="+").

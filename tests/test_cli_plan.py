@@ -281,3 +281,40 @@ def test_a_layer_partition_that_does_not_add_up_is_refused_as_vllm_refuses_it(ca
     code, _, err = run(capsys, "plan", "--model", "qwen3-235b-a22b", "--pp", "4", "--pp-layer-partition", "24,24,23")
     assert code == 2
     assert "must give 4 stages (--pp) whose layers add up to the model's 94" in err
+
+
+def test_language_model_only_plans_as_every_modality_off_whatever_the_limits_say(capsys):
+    def answer(*flags: str) -> dict:
+        code, out, _ = run(capsys, "plan", "--model", "qwen2.5-vl-7b", *flags, "--format", "json")
+        assert code == 0
+        return dict(json.loads(out))
+
+    off = answer("--limit-mm-per-prompt", '{"image": 0, "video": 0}')
+    assert off["weights_bytes"] < answer()["weights_bytes"]  # the vision tower is not loaded
+    assert answer("--language-model-only") == off
+    # vLLM's get_limit_per_prompt answers 0 under the switch, whatever --limit-mm-per-prompt allows.
+    assert answer("--language-model-only", "--limit-mm-per-prompt", '{"image": 4}') == off
+    assert answer("--from", "vllm serve qwen2.5-vl-7b --language-model-only") == off
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (
+            ("--pp-layer-partition", "-1,33"),
+            "argument --pp-layer-partition: expected one argument (layers per pipeline stage, e.g. 24,24,23,23",
+        ),
+        (("--max-model-len", "-5K"), "argument --max-model-len/--context-length: expected one argument (context"),
+    ],
+)
+def test_a_value_read_as_a_flag_is_refused_naming_the_flag_what_it_takes_and_how_to_give_it(capsys, flags, says):
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", "--model", "llama-3.1-8b", *flags])
+    assert exit_.value.code == 2
+    [error] = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert says in error and f"a value that starts with '-' reads as a flag: write {flags[0]}=VALUE" in error
+    # Given as the error says, the value reaches the flag's own check.
+    with pytest.raises(SystemExit):
+        main(["plan", "--model", "llama-3.1-8b", f"{flags[0]}={flags[1]}"])
+    [error] = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert f"argument {flags[0]}" in error and "expected one argument" not in error

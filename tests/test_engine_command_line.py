@@ -99,6 +99,15 @@ def test_from_given_twice_is_refused_as_such(capsys: pytest.CaptureFixture[str])
     assert "--from: given twice: give the one launch command the engine runs" in capsys.readouterr().err
 
 
+def test_vllms_language_model_only_is_a_switch_and_its_negation_the_default():
+    assert parse_engine_command_line("vllm serve org/m --language-model-only").settings == (
+        ("--language-model-only", None),
+    )
+    assert parse_engine_command_line("vllm serve org/m --no-language-model-only").ignored == (
+        "--no-language-model-only",
+    )
+
+
 def test_a_negative_value_is_a_value_not_a_flag():
     assert parse_engine_command_line("vllm serve org/m --max-model-len -1").settings == (("--max-model-len", "-1"),)
 

@@ -49,6 +49,13 @@ def refused(capsys, tmp_path, config: dict, *flags: str) -> str:
         ({"max_position_embeddings": 2**50}, "max_position_embeddings is 1125899906842624, not a whole number"),
         ({"num_hidden_layers": 2_000}, "num_hidden_layers is 2000, not a whole number from 1 to 1,024"),
         ({"sliding_window": 128, "sliding_window_pattern": "0"}, "sliding_window_pattern is '0', not a whole number"),
+        # A number written as a string is refused, not read: str.isdecimal took the Arabic-Indic "٤٠" for 40.
+        ({"num_hidden_layers": "٤٠"}, "num_hidden_layers is '٤٠', not a whole number from 1 to 1,024 (a string"),
+        ({"num_hidden_layers": "2"}, "num_hidden_layers is '2', not a whole number from 1 to 1,024 (a string: write"),
+        (
+            {"vision_config": {"hidden_size": 64, "pixel_shuffle_ratio": "0.5"}},
+            "pixel_shuffle_ratio is '0.5', not a number above 0 and at most 1",
+        ),
         ({"rope_scaling": {"rope_type": "linear", "factor": -4}}, "rope_scaling.factor is -4, not a number above 0"),
         ({"rope_scaling": {"rope_type": "linear", "factor": 1e15}}, "at most 1024"),
         (
@@ -69,6 +76,15 @@ def refused(capsys, tmp_path, config: dict, *flags: str) -> str:
         (
             {"quantization_config": {"quant_method": "gptq", "bits": -4, "group_size": 128}},
             "quantization_config.bits is -4, not from 1 to 16",
+        ),
+        # vLLM divides by the group size (all but -1), so a group of 0 is no per-channel checkpoint it can load.
+        (
+            {"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 0}},
+            "quantization_config.group_size is 0, which vLLM cannot load",
+        ),
+        (
+            {"quantization_config": {"quant_method": "awq", "w_bit": 4, "q_group_size": 0}},
+            "quantization_config.q_group_size is 0, which vLLM cannot load",
         ),
         (
             {"quantization_config": {"quant_method": "fp8", "weight_block_size": [0, 128]}},
@@ -159,7 +175,14 @@ def test_every_preset_is_within_the_bounds_a_config_json_is_held_to():
         (["--max-num-seqs", "100000000000000000000"], "accepts 1 to 1,048,576"),
         (["--max-num-batched-tokens", "1000000000000000000"], "accepts 1 to 1,073,741,824"),
         (["--block-size", "100000000000000"], "accepts 1 to 1,073,741,824"),
-        (["--max-model-len", "999999T"], "accepts 1 to 1,073,741,824, or auto"),
+        (["--max-model-len", "999999T"], "accepts 1 to 1,073,741,824"),
+        # vLLM's auto-fit shrinks the context to the KV pool at startup: no length to plan, so not the model's maximum.
+        (["--max-model-len", "-1"], "-1 and auto are vLLM's auto-fit"),
+        (["--max-model-len", "auto"], "which Plimsoll does not plan: leave the flag out to plan the model's maximum"),
+        (
+            ["--from", "vllm serve llama-3.1-8b --max-model-len -1"],
+            "--from: --max-model-len -1: argument --max-model-len",
+        ),
         (["--kv-cache-memory", "1e30GiB"], "accepts up to 4 TiB"),
         (["--kv-cache-memory-bytes", "99999T"], "accepts up to 4T"),
         (["--concurrency", "100000000000000000000", "--context", "1000"], "accepts 1 to 10,000,000"),

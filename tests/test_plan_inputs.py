@@ -360,6 +360,13 @@ def test_a_model_path_that_is_there_but_no_file_to_read_is_refused_by_name_witho
     )
 
 
+def test_a_fifo_named_from_the_home_directory_is_refused_by_its_expanded_path(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    os.mkfifo(tmp_path / "fifo")
+    assert main(["plan", "--model", "~/fifo"]) == 2
+    assert capsys.readouterr().err.strip().startswith(f"plimsoll plan: {tmp_path / 'fifo'}: not a regular file")
+
+
 @pytest.mark.parametrize("revision", ["", "../../outside", "a b", "\x1b[31mred", "@x", "v1..2", "/abs", "x" * 300])
 def test_a_revision_that_names_no_branch_tag_or_commit_is_refused_before_the_cache_is_touched(
     capsys, tmp_path, monkeypatch, revision

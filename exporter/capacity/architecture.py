@@ -280,12 +280,11 @@ _FIX = "correct the file, or download it again"
 
 
 def _whole(value: object) -> int | None:
-    """`value` as a whole number, if it is written as one (4096, 4096.0, "4096"); None otherwise."""
+    """`value` as a whole number, if it is written as one (4096, 4096.0); None otherwise. A string is none: no real
+    config quotes a number, and str.isdecimal would read "٤٠" as 40."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().isdecimal():
         return int(value)
     return None
 
@@ -293,8 +292,9 @@ def _whole(value: object) -> int | None:
 def _in_range(value: object, named: str, source: str, least: int, most: int) -> int:
     number = _whole(value)
     if number is None or not least <= number <= most:
+        quoted = " (a string: write the number without quotes)" if isinstance(value, str) else ""
         raise ModelConfigError(
-            f"{source}: {named} is {_shown(value)}, not a whole number from {least:,} to {most:,}; {_FIX}"
+            f"{source}: {named} is {_shown(value)}, not a whole number from {least:,} to {most:,}{quoted}; {_FIX}"
         )
     return number
 
@@ -423,6 +423,8 @@ def _merge(config: dict[str, Any], vision: dict[str, Any], source: str) -> int:
         return _in_range(merge, "spatial_merge_size", source, 1, MAX_HEADS)
     for where, key in ((config, "downsample_ratio"), (vision, "pixel_shuffle_ratio")):
         ratio = where.get(key)
+        if isinstance(ratio, str):  # else skipped below as if absent, planning one token per patch
+            raise ModelConfigError(f"{source}: {key} is {_shown(ratio)}, not a number above 0 and at most 1; {_FIX}")
         if isinstance(ratio, int | float) and not isinstance(ratio, bool) and 0 < ratio <= 1:
             return round(1 / ratio)
     return 1

@@ -59,6 +59,14 @@ CUDA_GRAPH_BYTES = round(0.82 * GIB)
 # concurrency x max_model_len; the change lies between them and is placed at v0.12 (not pinned to a release).
 VLLM_HYBRID_TOKENS_AS_CONCURRENCY_SINCE = (0, 12)
 
+# A sliding-window layer holds its window plus the tokens not yet settled: one max_num_batched_tokens batch before
+# v0.26, then one per batch in flight (VllmConfig.max_in_flight_tokens = max_concurrent_batches x
+# max_num_batched_tokens, used by SlidingWindowSpec.max_admission_blocks_per_request; vllm/config/vllm.py and
+# vllm/v1/kv_cache_interface.py in vLLM 0.32.0). Async scheduling runs pp + 1 batches at once on the V2 model runner
+# (vLLM's default runner), PP alone pp. vllm-project/vllm PR #47728 (merged 2026-07) brought it; issue #49878
+# traces the ~40% more KV memory Gemma 4 needs from v0.25.1 to v0.26 to it.
+VLLM_IN_FLIGHT_SLIDING_RESERVE_SINCE = (0, 26)
+
 # V0 engines (before v0.8) profiled one batch of max(max_model_len, 2048) tokens unless chunked prefill was on,
 # which V0 enabled by default only above 32K context.
 VLLM_V1_SINCE = (0, 8)

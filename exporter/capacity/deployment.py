@@ -28,6 +28,8 @@ class Deployment:
     block_size: int | None = None
     kv_cache_memory_bytes: int | None = None
     enforce_eager: bool = False
+    # vLLM's --no-async-scheduling turns it off; vLLM enables it unless an option it cannot run with is set.
+    async_scheduling: bool = True
     quantization: Quantization | None = None
     vllm_version: tuple[int, int] | None = None  # None: current vLLM
     # Layers per pipeline stage as vLLM's VLLM_PP_LAYER_PARTITION gives them; None: vLLM's own split.
@@ -47,6 +49,18 @@ class Deployment:
     def v0_engine(self) -> bool:
         """vLLM before v0.8 ran the V0 engine (A.VLLM_V1_SINCE); an unknown version is current vLLM."""
         return self.engine == "vllm" and self.vllm_version is not None and self.vllm_version < A.VLLM_V1_SINCE
+
+    @property
+    def in_flight_tokens(self) -> int:
+        """Tokens scheduled but not yet settled, which a sliding-window layer keeps beyond its window: one batch of
+        max_num_batched_tokens before vLLM v0.26, then one per batch in flight (A.VLLM_IN_FLIGHT_SLIDING_RESERVE_SINCE
+        cites the source): PP stages each run one, async scheduling one more."""
+        assert self.max_num_batched_tokens is not None
+        old = self.vllm_version is not None and self.vllm_version < A.VLLM_IN_FLIGHT_SLIDING_RESERVE_SINCE
+        if self.engine != "vllm" or old:
+            return self.max_num_batched_tokens
+        batches = self.pipeline_parallel + (1 if self.async_scheduling else 0)
+        return batches * self.max_num_batched_tokens
 
     @property
     def cuda_graphs_in_budget(self) -> bool:

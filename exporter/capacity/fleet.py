@@ -59,7 +59,7 @@ def requests_per_replica(result: CapacityPlan, context_tokens: int) -> int:
     max_num_seqs, times the engines."""
     d = result.deployment
     assert d.block_size is not None and d.max_num_batched_tokens is not None and d.max_num_seqs is not None
-    per_request = blocks_per_request(result.layout, context_tokens, d.block_size, d.max_num_batched_tokens)
+    per_request = blocks_per_request(result.layout, context_tokens, d.block_size, d.in_flight_tokens)
     return d.data_parallel * min(result.pool.num_blocks // per_request, d.max_num_seqs)
 
 

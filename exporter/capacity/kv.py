@@ -10,8 +10,9 @@ otherwise: before v0.7 as ordinary attention with a head size of 256, from v0.7 
 Pools are counted in blocks of `block_size` tokens. A model whose layers all use the same attention is one group:
 `blocks = floor(pool / (layers x block bytes))`. Models mixing sliding-window and full layers (Gemma 2/3,
 gpt-oss) use vLLM's hybrid allocator: layers are cut into groups of equal size, every group draws pages from one
-shared pool, and a request needs whole-context pages in full groups but only window-sized ones in sliding groups;
-the engine then reports tokens as `max concurrency x max_model_len`.
+shared pool, and a request needs whole-context pages in full groups but only window-sized ones in sliding groups
+(the window plus the tokens in flight, `Deployment.in_flight_tokens`); the engine then reports tokens as
+`max concurrency x max_model_len`.
 """
 
 import math
@@ -191,9 +192,9 @@ def _group_size(full: int, sliding: int) -> int:
     return large if large < 1.5 * small else small
 
 
-def _sliding_blocks(window: int, context: int, max_num_batched_tokens: int, block_size: int) -> int:
-    # A sliding layer keeps the window plus the chunk being prefilled, and one block of slack.
-    return math.ceil(min(window - 1 + max_num_batched_tokens, context) / block_size) + 1
+def _sliding_blocks(window: int, context: int, in_flight_tokens: int, block_size: int) -> int:
+    # A sliding layer keeps the window plus the tokens scheduled but not yet settled, and one block of slack.
+    return math.ceil(min(window - 1 + in_flight_tokens, context) / block_size) + 1
 
 
 def _blocks_per_layer_group(layout: KvLayout) -> int:
@@ -203,13 +204,13 @@ def _blocks_per_layer_group(layout: KvLayout) -> int:
     return layout.layers
 
 
-def blocks_per_request(layout: KvLayout, context: int, block_size: int, max_num_batched_tokens: int) -> int:
+def blocks_per_request(layout: KvLayout, context: int, block_size: int, in_flight_tokens: int) -> int:
     """Pool blocks one request of `context` tokens holds at its longest."""
     full = math.ceil(context / layout.tokens_per_block(block_size, FULL))
     if layout.sliding_window is None or layout.sliding_layers == 0:
         return full
     window = _sliding_blocks(
-        layout.sliding_window, context, max_num_batched_tokens, layout.tokens_per_block(block_size, SLIDING)
+        layout.sliding_window, context, in_flight_tokens, layout.tokens_per_block(block_size, SLIDING)
     )
     if not layout.is_hybrid:
         return window
@@ -230,7 +231,7 @@ def kv_pool(
     pool_bytes: int,
     block_size: int,
     max_model_len: int,
-    max_num_batched_tokens: int,
+    in_flight_tokens: int,
     legacy_token_count: bool = False,
 ) -> KvPool:
     """Blocks, tokens and concurrency that `pool_bytes` of KV memory on one GPU give.
@@ -241,7 +242,7 @@ def kv_pool(
         raise ValueError("a KV layout with no layers holds no tokens")
     block_bytes = block_size * layout.page_bytes_per_token * _blocks_per_layer_group(layout)
     num_blocks = max(0, pool_bytes) // block_bytes
-    per_request = blocks_per_request(layout, max_model_len, block_size, max_num_batched_tokens)
+    per_request = blocks_per_request(layout, max_model_len, block_size, in_flight_tokens)
     concurrency = num_blocks / per_request
     windowed = layout.sliding_layers > 0 and layout.sliding_window is not None
     if legacy_token_count or not windowed:

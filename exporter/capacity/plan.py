@@ -281,7 +281,7 @@ def _evaluate_stage(arch: ModelArchitecture, gpu: GpuSpec, d: Deployment, stage:
             BreakdownLine("KV cache budget", kv_budget, "what is left, per GPU", "="),
         ]
     legacy = d.vllm_version is not None and d.vllm_version < A.VLLM_HYBRID_TOKENS_AS_CONCURRENCY_SINCE
-    pool = kv_pool(layout, kv_budget, d.block_size, d.max_model_len, d.max_num_batched_tokens, legacy)
+    pool = kv_pool(layout, kv_budget, d.block_size, d.max_model_len, d.in_flight_tokens, legacy)
     lines += [
         BreakdownLine("KV bytes per token", layout.bytes_per_token, _kv_how(arch, layout, tp, d)),
         BreakdownLine(f"KV cache in {'pages' if sglang else 'blocks'}", pool.pool_bytes, _pool_how(pool, d)),

@@ -96,12 +96,19 @@ def _bits(config: dict[str, Any], key: str, default: int) -> int:
 
 
 def _group(config: dict[str, Any], *keys: str, default: int | None = None) -> int | None:
-    """The group size under the first of `keys` the config has; null, -1 and 0 are the ways GPTQ and AWQ write one
-    scale per output channel."""
+    """The group size under the first of `keys` the config has; null and -1 are the ways GPTQ and AWQ write one
+    scale per output channel. 0 is none: vLLM divides the input size by any group size but -1 (`input_size //
+    group_size` in gptq.py and awq.py), so it cannot load such a checkpoint."""
     key = next((k for k in keys if k in config), None)
     if key is None:
         return default
-    return None if config[key] is None else _whole_in(config[key], key, -1, _MOST_GROUP)
+    group = None if config[key] is None else _whole_in(config[key], key, -1, _MOST_GROUP)
+    if group == 0:
+        raise QuantizationError(
+            f"quantization_config.{key} is 0, which vLLM cannot load (it divides by the group size): "
+            "-1 for one scale per output channel, or the size the checkpoint was quantized with"
+        )
+    return group
 
 
 def _int_bits(bits: int, group_size: int | None, scale_bytes: float = 2.0, zero_points: bool = True) -> float:

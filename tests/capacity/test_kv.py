@@ -142,7 +142,7 @@ def test_sliding_window_hybrid_pool_follows_vllm_grouping():
     arch = load_model("gemma-2-9b")
     layout = kv_layout(arch, tp=1)
     assert (layout.full_layers, layout.sliding_layers) == (21, 21)
-    pool = kv_pool(layout, 10 * GIB, block_size=16, max_model_len=8192, max_num_batched_tokens=2048)
+    pool = kv_pool(layout, 10 * GIB, block_size=16, max_model_len=8192, in_flight_tokens=2048)
     assert pool.block_bytes == 2752512
     assert pool.num_blocks == 10 * GIB // 2752512 == 3900
     assert pool.blocks_per_request == 512 + 385
@@ -265,10 +265,44 @@ def test_gemma4_pool_unifies_page_sizes_as_vllm_does_and_matches_a_real_allocati
     and ceil(min(1023 + 16384, 4096) / 16) + 1 = 257 in each of the five sliding groups (groups of five layers)."""
     layout = kv_layout(_gemma4(), dtype_bytes=1)
     assert layout.tokens_per_block(16, FULL) == 32
-    pool = kv_pool(layout, round(13.29 * GIB), block_size=16, max_model_len=4096, max_num_batched_tokens=16384)
+    pool = kv_pool(layout, round(13.29 * GIB), block_size=16, max_model_len=4096, in_flight_tokens=16384)
     assert pool.block_bytes == 16 * 4096 * 5
     assert pool.blocks_per_request == 128 + 5 * 257
     assert pool.tokens == pytest.approx(126_210, rel=0.0005)
+
+
+def test_gemma4_sliding_layers_keep_both_async_batches_beyond_the_window_from_vllm_0_26():
+    """vLLM 0.29.0 on an L40S, RedHatAI/gemma-4-26B-A4B-it-FP8-dynamic, block 16, max_model_len 4096, 2,048 batched
+    tokens, async scheduling: "Available KV cache memory: 13.47 GiB", "GPU KV cache size: 63,988 tokens, Maximum
+    concurrency for 4,096 tokens per request: 15.62x" (akamaslabs/vllm-benchmark,
+    studies/30-l40s-gemma4-26b-tps/probe/results/B-default.log at 026d8a5).
+
+    Async scheduling keeps two batches in flight, so a sliding layer holds min(1023 + 2 x 2048, 4096) = 4096 tokens:
+    257 blocks in each of the five sliding groups, beside 128 in the full group. One batch (3,071 tokens, 193 blocks)
+    would give 20.2x."""
+    gpu = GpuSpec("L40S", 48 * GIB)
+    logged = Deployment(
+        max_model_len=4096,
+        max_num_batched_tokens=2048,
+        block_size=16,
+        kv_cache_memory_bytes=round(13.47 * GIB),
+        vllm_version=(0, 29),
+    )
+    result = plan(_gemma4(), gpu, logged)
+    assert result.deployment.in_flight_tokens == 2 * 2048
+    assert result.pool.blocks_per_request == 128 + 5 * 257
+    assert result.pool.tokens == pytest.approx(63_988, rel=0.0005)
+    assert result.pool.max_concurrency == pytest.approx(15.62, abs=0.005)
+    # --no-async-scheduling, or a vLLM before v0.26, keeps one batch: 193 blocks a sliding group.
+    for one_batch in (replace(logged, async_scheduling=False), replace(logged, vllm_version=(0, 25))):
+        assert plan(_gemma4(), gpu, one_batch).pool.blocks_per_request == 128 + 5 * 193
+
+
+def test_pipeline_stages_each_keep_a_batch_in_flight_and_async_scheduling_one_more():
+    deployment = Deployment(pipeline_parallel=2, max_num_batched_tokens=2048)
+    assert deployment.in_flight_tokens == 3 * 2048
+    assert replace(deployment, async_scheduling=False).in_flight_tokens == 2 * 2048
+    assert replace(deployment, engine="sglang").in_flight_tokens == 2048
 
 
 def test_a_pipeline_stage_of_kv_shared_layers_alone_holds_no_pool():
