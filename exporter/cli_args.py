@@ -36,7 +36,8 @@ _VALUE_READ_AS_FLAG = re.compile(r"argument (?P<flag>-[^/:\s]+)(?:/[^:]*)?: expe
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, saying what a flag takes and how to give a value that starts with '-' where it found none."""
+    """argparse, its refusals one line (its own print the whole usage above them: 23 lines for `plan`), saying what
+    a flag takes and how to give a value that starts with '-' where it found none."""
 
     def error(self, message: str) -> NoReturn:
         missing = _VALUE_READ_AS_FLAG.fullmatch(message)
@@ -46,7 +47,7 @@ class Parser(argparse.ArgumentParser):
             if takes and "%" not in takes:  # a help string with argparse's %-formatting is left out, not garbled
                 message += f" ({takes})"
             message += f"; a value that starts with '-' reads as a flag: write {flag}=VALUE"
-        super().error(message)
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def flag_type(parse: Callable[[str], T]) -> Callable[[str], T]:

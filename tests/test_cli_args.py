@@ -80,3 +80,14 @@ def test_plimsoll_config_gives_autoscale_replay_its_config(
     monkeypatch.setenv("PLIMSOLL_CONFIG", str(config))
     assert main(["autoscale", "replay", "--demand", str(demand), "--format", "json"]) == 0
     assert '"workloads"' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv", [["plan", "--model", "llama-3.1-8b", "--tp", "abc"], ["plan", "--bogus"], ["status", "--watch", "x", "y"]]
+)
+def test_a_refused_argument_is_one_line_pointing_at_help(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert len(err.splitlines()) == 1 and err.rstrip().endswith("--help)"), err
