@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.core.units import parse_duration, parse_size
+from exporter.core.units import counted, parse_duration, parse_size
 
 
 @pytest.mark.parametrize(
@@ -95,3 +95,8 @@ def test_a_duration_that_is_not_a_scalar_names_what_it_got(value, kind):
 @given(st.integers(0, 2**50))
 def test_plain_bytes_round_trip(n):
     assert parse_size(str(n)) == n
+
+
+def test_a_count_of_one_takes_the_singular():
+    said = [counted(n, "static target") for n in (0, 1, 2)]
+    assert said == ["0 static targets", "1 static target", "2 static targets"]

@@ -147,3 +147,8 @@ def duration(seconds: float) -> str:
 def format_gib(num_bytes: float) -> str:
     """ "12.34 GiB": the unit people compare with nvidia-smi and vLLM's logs."""
     return f"{num_bytes / GIB:.2f} GiB"
+
+
+def counted(count: int, noun: str) -> str:
+    """ "1 target", "0 SLOs": a count with its noun, plural where the count is not 1."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -24,6 +24,7 @@ from exporter.config import (
     validate_listen,
     validate_url,
 )
+from exporter.core.units import counted
 from exporter.sources.kubernetes import listed_where
 from exporter.target_model import model_problems
 
@@ -141,7 +142,7 @@ def _run(args: argparse.Namespace) -> int:
         problems = [*_model_problems(config), *_web_config_problems(config)]
         if problems:
             raise ConfigError(problems)
-        print(f"{config.source}: ok, {len(config.targets)} static targets")
+        print(f"{config.source}: ok, {counted(len(config.targets), 'static target')}")
         return EXIT_OK
     from exporter.daemon.server import serve  # aiohttp's app only loads for the daemon
 
@@ -170,5 +171,6 @@ def _check_config(args: argparse.Namespace) -> int:
         raise ConfigError(problems)
     config = report.config
     pods = f", pods {listed_where(config.kubernetes)}" if config.kubernetes else ""
-    print(f"{config.source}: ok, {len(config.targets)} static targets{pods}, {len(config.slos)} SLOs")
+    targets, slos = counted(len(config.targets), "static target"), counted(len(config.slos), "SLO")
+    print(f"{config.source}: ok, {targets}{pods}, {slos}")
     return EXIT_OK

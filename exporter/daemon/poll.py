@@ -38,6 +38,7 @@ from exporter.core.headroom import capacity_error_ratio, headroom
 from exporter.core.scale_up import ScaleUp
 from exporter.core.slo import SloCounter, advance
 from exporter.core.trend import History, Point, eta_seconds
+from exporter.core.units import counted
 from exporter.cost import GpuHourPrices, gpus_hourly_cost, unpriced_gpus
 from exporter.daemon import scale_up
 from exporter.daemon.snapshot import EMPTY, InstanceState, SloState, Snapshot, TargetState
@@ -243,7 +244,7 @@ class Daemon:
         if config.kubernetes != self.config.kubernetes or config.timeout_seconds != self.config.timeout_seconds:
             self._pods = _pod_discovery(config)
         self.config = config
-        log.info("config applied from %s: %d static targets", config.source, len(config.targets))
+        log.info("config applied from %s: %s", config.source, counted(len(config.targets), "static target"))
 
     def targets(self) -> tuple[Target, ...]:
         """Static, file_sd and pod targets (with no config at all: the scanned ports that answered), one per name:

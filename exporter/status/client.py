@@ -443,7 +443,7 @@ def _authorization(args: argparse.Namespace) -> str | None:
         return None
     user = args.basic_auth_user
     if not user or ":" in user or not user.isprintable():  # the first ":" ends the user in the header (RFC 7617)
-        raise ValueError("--basic-auth-user: a user name is not empty and holds no ':' and no control character")
+        raise ValueError("--basic-auth-user: give a user name that is not empty, with no ':' or control character")
     if redact_url(args.url) != args.url:  # aiohttp refuses both; say which to drop before anything is sent
         raise ValueError("--basic-auth-user: the URL logs in with its user:password@ too; give the credentials once")
     if args.password_file:

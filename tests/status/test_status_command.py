@@ -101,7 +101,7 @@ def test_credentials_or_a_ca_file_that_cannot_be_used_are_one_line_naming_the_fl
     for args, password, named in [
         ((url, "--ca-file", str(fifo)), None, f"--ca-file {fifo}: cannot read it (not a regular file)"),
         ((url, "--ca-file", str(empty)), None, f"--ca-file {empty}: holds no PEM certificate"),
-        ((url, "--basic-auth-user", "ops:x"), "pw", "--basic-auth-user: a user name is not empty and holds no ':'"),
+        ((url, "--basic-auth-user", "ops:x"), "pw", "give a user name that is not empty, with no ':'"),
         ((url, "--basic-auth-user", "ops"), "", "--basic-auth-user: PLIMSOLL_STATUS_PASSWORD is empty"),
         ((url, "--basic-auth-user", "ops", "--password-file", str(empty)), None, f"{empty}: empty (no password"),
         ((logging_in, "--basic-auth-user", "ops"), "pw", "give the credentials once"),
