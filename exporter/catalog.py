@@ -186,10 +186,12 @@ def _shown_name(config: dict[str, Any], path: Path) -> str:
     for parent in path.parents:
         if parent.name.startswith("models--") and parent.name.count("--") >= 2:
             return parent.name.removeprefix("models--").replace("--", "/", 1)
-    declared = str(config.get("_name_or_path") or "")
+    preset = config.get("_preset")
+    declared = str(config.get("_name_or_path") or (preset.get("hf_id") if isinstance(preset, dict) else "") or "")
     if declared and len(declared) <= _LONGEST_REPOSITORY_ID and not declared.startswith(("/", ".", "~")):
         return declared
-    return path.parent.name
+    # A config.json is named by its folder (a checkpoint's); a file named otherwise, by itself.
+    return path.parent.name if path.name == "config.json" else path.stem
 
 
 def _read_config(path: Path) -> dict[str, Any]:

@@ -387,3 +387,14 @@ def test_a_config_json_garbled_in_the_cache_names_the_folder_to_delete(capsys, t
     assert main(["plan", "--model", "someorg/m"]) == 2
     [error] = capsys.readouterr().err.strip().splitlines()
     assert "config.json: not a readable JSON file" in error and error.endswith(f"; delete {folder} to fetch it again")
+
+
+def test_a_config_file_not_named_config_json_is_named_by_itself_and_a_preset_file_by_its_repository(capsys, tmp_path):
+    mine = tmp_path / "models" / "my-llama.json"
+    mine.parent.mkdir()
+    mine.write_text(json.dumps(TINY_LLAMA))
+    assert main(["plan", "--model", str(mine), "--gpu", "L4", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "my-llama"  # not "models", its folder
+    preset = os.path.join(os.path.dirname(__file__), "..", "exporter", "data", "models", "llama-3.1-8b.json")
+    assert main(["plan", "--model", preset, "--gpu", "L4", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "meta-llama/Llama-3.1-8B-Instruct"
