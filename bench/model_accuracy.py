@@ -198,7 +198,7 @@ def score(entry: dict[str, Any]) -> Score:
     name = entry["model"]
     setup = _setup(entry)
     if setup is None:
-        skipped = REFUSED_ARCHITECTURE.get(name, "no preset for this architecture")
+        skipped = REFUSED_ARCHITECTURE.get(name, "no preset (no verbatim config.json was found to make one)")
         return Score(entry["id"], name, None, None, None, None, None, skipped=skipped)
     arch, gpu, deployment, reference = setup.arch, setup.gpu, setup.deployment, setup.reference
     observed = entry["observed"]
