@@ -7,6 +7,7 @@ capacity).
 """
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from html import escape
@@ -227,7 +228,9 @@ def _range(values: Sequence[float], axis: Axis) -> tuple[float, float]:
     if axis.minimum is None:
         low = min(low, 0.0)  # quantities here are non-negative: a zero baseline keeps charts honest
     if axis.maximum is None:
-        high = high + (high - low) * 0.08 or 1.0  # headroom above the highest point; a flat zero still gets 0..1
+        # Headroom above the highest point, never past the largest float (an engine's page may hold 1.7e308, and an
+        # infinite axis has no ticks); a flat zero still gets 0..1.
+        high = min(high + (high - low) * 0.08, sys.float_info.max) or 1.0
     return low, high
 
 

@@ -35,6 +35,7 @@ def _chart(points: tuple[tuple[float, float], ...], log2: bool = False, referenc
         ((math.nan, 1.0), (2.0, 3.0)),
         ((1.0, math.inf), (2.0, 3.0)),
         ((-math.inf, 1.0), (2.0, 3.0)),
+        ((1.0, 1.7e308), (2.0, 3.0)),  # a number an engine's page may hold, whose headroom would be infinite
     ],
 )
 def test_any_series_gives_a_well_formed_chart(points: tuple[tuple[float, float], ...], log2: bool) -> None:

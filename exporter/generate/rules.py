@@ -67,7 +67,8 @@ def _number(value: float) -> str:
 
 
 def _percent(ratio: float) -> str:
-    return f"{ratio * 100:.6g}%"
+    # Twelve digits, not six: an objective of seven nines is 99.99999%, never 100%.
+    return f"{ratio * 100:.12g}%"
 
 
 def _size(num_bytes: float) -> str:
@@ -299,7 +300,9 @@ def _burn_threshold(window: BurnWindow, objective: float) -> str:
         # The objective is too loose for this burn rate to be reachable (more errors than requests): fire when
         # every request fails instead of never.
         return ">= 1"
-    return f"> ({_number(window.factor)} * (1 - {_number(objective)}))"
+    # The objective as written, every digit: twelve would round 0.9999999999999 to 1, a budget of 0 that pages on
+    # one slow request.
+    return f"> ({_number(window.factor)} * (1 - {float(objective)!r}))"
 
 
 def _slo_group(config: Config) -> dict[str, Any]:

@@ -115,8 +115,9 @@ class _Stream:
     def chunk(self, kind: str, payload: Any, now: float) -> Failure | None:
         if not isinstance(payload, dict):
             return Failure("bad response: a chunk is not a JSON object")
-        if "error" in payload:
-            error = payload["error"]
+        # Some servers send `"error": null` in every chunk: only an error that is there fails the request.
+        error = payload.get("error")
+        if error is not None:
             message = error.get("message", "") if isinstance(error, dict) else str(error)
             return Failure("bad response: error in stream", str(message)[:200])
         if _has_text(kind, payload.get("choices")):
@@ -245,7 +246,7 @@ async def _exchange(
         if response.status != 200:
             return await _http_failure(response)
         if "json" in response.headers.get("Content-Type", ""):
-            return Failure("not streaming", "the server answered one JSON body, not an event stream")
+            return await _json_answer(response)
         # One timer rescheduled per read, not a wait_for per line: at hundreds of streams a task per line is what
         # would make the load generator, not the server, the bottleneck.
         stall_timer = asyncio.timeout(None)
@@ -275,8 +276,6 @@ async def _read_events(
             stall_timer.reschedule(loop.time() + limits.stall_seconds)
         received = await response.content.readany()
         if not received:
-            if stream.done:
-                return None
             return Failure("bad response: stream ended before [DONE]")
         now = clock()
         *lines, pending = (pending + received).split(b"\n")
@@ -286,6 +285,8 @@ async def _read_events(
             failure = _event_line(line, kind, stream, now)
             if failure is not None:
                 return failure
+            if stream.done:  # the answer's end, whether or not the server closes the connection after it
+                return None
 
 
 def _event_line(line: bytes, kind: str, stream: _Stream, now: float) -> Failure | None:
@@ -326,20 +327,38 @@ async def _http_failure(response: aiohttp.ClientResponse) -> Failure:
     return Failure(reason, await _error_message(response), retry)
 
 
+async def _json_answer(response: aiohttp.ClientResponse) -> Failure:
+    """A 200 with one JSON body instead of a stream. Some servers answer an error so, with status 200: its message
+    says why, where "not streaming" would send the user looking for a streaming server."""
+    _, payload = await _small_json(response)
+    if isinstance(payload, dict) and payload.get("error"):
+        return Failure("bad response: error in body", _stated_message(payload) or "")
+    return Failure("not streaming", "the server answered one JSON body, not an event stream")
+
+
 async def _error_message(response: aiohttp.ClientResponse) -> str:
     """The server's message from an error body ({"error": {"message"}} or {"detail"}), else its first bytes."""
-    raw = await response.content.read(_ERROR_BODY_BYTES)
-    text = raw.decode("utf-8", errors="replace")
+    text, payload = await _small_json(response)
+    return (_stated_message(payload) if isinstance(payload, dict) else None) or text.strip()[:200]
+
+
+async def _small_json(response: aiohttp.ClientResponse) -> tuple[str, Any]:
+    """The body's first bytes as text, and as JSON where they are that (else None): a body nested too deeply to
+    read is no message either."""
+    text = (await response.content.read(_ERROR_BODY_BYTES)).decode("utf-8", errors="replace")
     try:
-        payload = json.loads(text)
-    except ValueError:
-        return text.strip()[:200]
-    if isinstance(payload, dict):
-        error = payload.get("error")
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])[:200]
-        if isinstance(error, str):
-            return error[:200]
-        if payload.get("message") or payload.get("detail"):
-            return str(payload.get("message") or payload.get("detail"))[:200]
-    return text.strip()[:200]
+        return text, json.loads(text)
+    except (ValueError, RecursionError):
+        return text, None
+
+
+def _stated_message(payload: dict[str, Any]) -> str | None:
+    """The message an error body states, where it states one."""
+    error = payload.get("error")
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])[:200]
+    if isinstance(error, str):
+        return error[:200]
+    if payload.get("message") or payload.get("detail"):
+        return str(payload.get("message") or payload.get("detail"))[:200]
+    return None

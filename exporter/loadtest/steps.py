@@ -96,6 +96,11 @@ async def run_steps(settings: runner.RunSettings, search: SearchSettings, progre
                     )
         notes.extend(stepper.notes)
         notes.extend(_step_notes(found.steps))
+        if _without_usage(stepper.runs):
+            notes.append(
+                "the server reported no token counts (`usage`, asked for with stream_options.include_usage): output "
+                "tokens/s reads 0, and an answer shorter than its max_tokens is not caught"
+            )
         if stepper.stopped_by_time_limit:
             notes.append(
                 f"the run's time limit (--max-duration {settings.max_duration_seconds:g}s) ended the search: "
@@ -294,6 +299,12 @@ def _step_notes(steps: Sequence[StepSummary]) -> list[str]:
         if step.engine_error is not None:
             notes.append(f"{step.load_text}: {step.engine_error}")
     return notes
+
+
+def _without_usage(step_runs: Sequence[StepRun]) -> bool:
+    """Requests completed, and not one with the server's count of its output tokens."""
+    completed = [record for run in step_runs for record in run.requests if record.error is None]
+    return bool(completed) and all(record.output_tokens is None for record in completed)
 
 
 def _footprint(search: Search, step_runs: Sequence[StepRun]) -> float:

@@ -158,8 +158,8 @@ def load_trace(path: Path, default_max_tokens: int) -> TraceWorkload:
         raise WorkloadError(str(error)) from None
     try:
         # A record ends at \n only (JSON Lines): a prompt may hold U+2028 or U+0085 as written, which splitlines()
-        # would split it at.
-        lines = data.decode("utf-8").split("\n")
+        # would split it at. A byte-order mark (Windows tools write one) is no part of the first record.
+        lines = data.decode("utf-8-sig").split("\n")
     except UnicodeDecodeError:
         raise WorkloadError(f"--dataset {path}: not UTF-8 text (expected JSON lines)") from None
     found = []

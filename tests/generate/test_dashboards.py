@@ -263,6 +263,12 @@ def test_slo_objectives_are_drawn_on_the_sli_panels(example):
     assert not any(title.startswith(("ITL SLI", "End-to-end SLI")) for title in titles)
 
 
+def test_an_objective_of_seven_nines_is_described_as_such_not_as_100_percent(example):
+    seven_nines = replace(example, slos=(SloConfig("ttft", 0.2, 0.9999999),))
+    description = panel_titled(seven_nines, "TTFT SLI: requests within 200 ms")["description"]
+    assert "against the objective 99.99999%" in description
+
+
 def test_burn_rate_panel_divides_by_each_objectives_budget_and_draws_the_page_factor(example):
     panel = panel_titled(example, "SLO burn rate over 1h, per model")
     assert drawn_lines(panel) == {1.0, 14.4}

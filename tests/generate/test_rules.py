@@ -168,6 +168,14 @@ def test_a_stricter_objective_lowers_the_error_ratio_that_fires():
     assert error_ratios[0] == pytest.approx(0.0144)
 
 
+def test_an_objective_of_many_nines_keeps_its_error_budget_and_is_not_called_100_percent():
+    thresholds = _burn_thresholds(Config(slos=(SloConfig("ttft", 0.5, 0.9999999999999),)), "ttft")
+    assert [objective for _, _, _, objective in thresholds] == [0.9999999999999] * 4
+    seven_nines = Config(slos=(SloConfig("ttft", 0.5, 0.9999999),))
+    descriptions = [r["annotations"]["description"] for r in _alerts(seven_nines) if r["labels"].get("slo")]
+    assert len(descriptions) == 4 and all("objective of 99.99999% within it" in d for d in descriptions)
+
+
 def test_a_shorter_period_lowers_the_burn_factors():
     config = Config(slos=(SloConfig("itl", 0.05, 0.99),), slo_period_seconds=7 * 86400.0)
     factors = [f for _, _, f, _ in _burn_thresholds(config, "itl")]

@@ -33,6 +33,9 @@ class Behaviour:
     usage: bool = True
     has_chat: bool = True
     raw_stream: bytes | None = None  # answer with exactly these bytes as an event stream (malformed streams)
+    raw_stream_held_open: bool = False  # after raw_stream, keep the connection open instead of ending the answer
+    # Answer with exactly these bytes as application/json, with error_status or else 200 (a hostile error body).
+    json_body: bytes | None = None
     # Stream at most this many tokens, as a model that reaches its end-of-sequence token early does; a request that
     # asks to ignore_eos gets every token it asks for, as from vLLM.
     answer_tokens: int | None = None
@@ -146,6 +149,9 @@ class FakeOpenAI:
         if behaviour.redirect_to is not None:
             raise web.HTTPTemporaryRedirect(behaviour.redirect_to)
         headers = {"Retry-After": behaviour.retry_after} if behaviour.retry_after is not None else None
+        if behaviour.json_body is not None:
+            status = behaviour.error_status or 200
+            return web.Response(body=behaviour.json_body, status=status, content_type="application/json")
         if behaviour.error_status is not None:
             message = request.headers.get("Authorization", "") if behaviour.echo_authorization else "told to fail"
             return web.json_response({"error": {"message": message}}, status=behaviour.error_status, headers=headers)
@@ -165,6 +171,8 @@ class FakeOpenAI:
         await response.prepare(request)
         if behaviour.raw_stream is not None:
             await response.write(behaviour.raw_stream)
+            if behaviour.raw_stream_held_open:
+                await asyncio.sleep(3600)
             await response.write_eof()
             return response
         await asyncio.sleep(behaviour.ttft_seconds)

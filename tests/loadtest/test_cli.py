@@ -325,6 +325,16 @@ def test_a_lone_request_that_tells_nothing_starts_the_search_at_one_and_says_why
     assert why in said and said.endswith("the search starts at concurrency 1"), captured.err
 
 
+def test_a_server_that_reports_no_token_counts_gets_a_note_saying_what_is_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ("--max-concurrency", "1", "--out", str(tmp_path), "--format", "json")
+    with fake_server(Behaviour(itl_seconds=0.001, usage=False)) as fake:
+        main(loadtest_args(fake.url, "ttft=500ms", *flags))
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(note.startswith("the server reported no token counts") for note in notes), notes
+
+
 def test_the_first_step_waits_out_the_retry_after_of_a_lone_request_the_server_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -94,6 +94,43 @@ def test_a_chunk_nested_too_deeply_to_read_is_a_bad_response_not_an_exception() 
     assert record.error == "bad response: a chunk nested too deeply to read"
 
 
+@pytest.mark.parametrize("status", [200, 500])
+def test_a_json_body_nested_too_deeply_to_read_is_a_failure_not_an_exception(status: int) -> None:
+    record = _send(Behaviour(json_body=b"[" * 4000, error_status=status if status != 200 else None))
+    assert record.error == ("not streaming" if status == 200 else "http 500")
+
+
+def test_an_error_answered_with_status_200_is_the_servers_error_not_a_missing_stream() -> None:
+    async def go() -> tuple[str, str]:
+        body = b'{"error": {"message": "model is overloaded"}}'
+        async with serving(Behaviour(json_body=body)) as fake, aiohttp.ClientSession() as session:
+            _, failure = await send(session, Endpoint.at(fake.url, "completions"), "fake-model", "hi", 5, LIMITS)
+            assert failure is not None
+            return failure.reason, failure.detail
+
+    assert asyncio.run(go()) == ("bad response: error in body", "model is overloaded")
+
+
+def test_an_answer_ends_at_done_though_the_server_keeps_the_connection_open() -> None:
+    raw = (
+        b'data: {"choices": [{"text": "a"}]}\n\n'
+        b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    record = _send(Behaviour(raw_stream=raw, raw_stream_held_open=True), max_tokens=1)
+    assert record.error is None and record.e2e_seconds is not None and record.e2e_seconds < LIMITS.stall_seconds
+
+
+def test_a_chunk_with_a_null_error_is_no_error() -> None:
+    raw = (
+        b'data: {"choices": [{"text": "a"}], "error": null}\r\n\r\n'
+        b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}\r\n\r\n'
+        b"data: [DONE]\r\n\r\n"
+    )
+    record = _send(Behaviour(raw_stream=raw), max_tokens=1)
+    assert (record.error, record.output_tokens) == (None, 1)
+
+
 @pytest.mark.parametrize("kind", ["completions", "chat"])
 def test_an_answer_with_no_text_is_an_empty_answer(kind: str) -> None:
     record = _send(Behaviour(answer_tokens=0), kind)

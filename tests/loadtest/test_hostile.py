@@ -172,7 +172,16 @@ def test_an_overloaded_answer_is_a_miss_and_its_retry_after_is_waited_before_the
 
 @pytest.mark.parametrize(
     ("header", "seconds"),
-    [("2", 2.0), ("0.5", 0.5), ("86400", MAX_RETRY_AFTER_SECONDS), ("-3", None), ("soon", None), ("1e999", None)],
+    [
+        ("2", 2.0),
+        ("0.5", 0.5),
+        ("86400", MAX_RETRY_AFTER_SECONDS),
+        ("-3", None),
+        ("soon", None),
+        ("1e999", None),
+        ("nan", None),
+        ("Thu, 26 Nov 2026 13:00:00 GMT", None),  # an HTTP date is not waited for
+    ],
 )
 def test_retry_after_is_read_in_seconds_and_cut_to_its_bound(header: str, seconds: float | None) -> None:
     assert retry_after_seconds(header) == seconds

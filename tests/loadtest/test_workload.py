@@ -154,6 +154,12 @@ def test_a_missing_or_empty_trace_is_refused(tmp_path: Path) -> None:
         load_trace(tmp_path / "empty.jsonl", 16)
 
 
+def test_a_trace_written_on_windows_with_a_byte_order_mark_and_crlf_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"prompt": "one"}\r\n{"prompt": "two"}\r\n')
+    assert [request.prompt for request in load_trace(path, 4).requests] == ["one", "two"]
+
+
 def test_a_synthetic_workload_is_described_for_the_result() -> None:
     described = describe(SyntheticWorkload(Lengths(512), Lengths(128), seed=3))
     assert described["kind"] == "synthetic"

@@ -80,7 +80,8 @@ def seconds_text(seconds: float) -> str:
 
 
 def percent_text(ratio: float) -> str:
-    return f"{ratio * 100:g}%"
+    # Twelve digits, not six: an objective of seven nines is 99.99999%, never 100%.
+    return f"{ratio * 100:.12g}%"
 
 
 def shown_in_grafana(text: str) -> str:
