@@ -62,6 +62,13 @@ def test_defaults_need_no_file():
     assert config.port == DEFAULT_PORT and config.poll_interval_seconds == 5.0 and config.targets == ()
 
 
+@pytest.mark.parametrize("text", ["", "\n", "# every default\n", "---\n"])
+def test_a_config_with_nothing_in_it_is_refused_as_every_default_is_asked_for_with_braces(text):
+    assert check_config(text, "c.yaml", environ={}).problems == (
+        "c.yaml: the config is empty (write {} for every default)",
+    )
+
+
 def test_every_problem_is_reported_with_file_and_field_path():
     text = """
 targets:

@@ -87,6 +87,10 @@ def check_config(text: str, source: str, environ: Mapping[str, str] | None = Non
         raw, expansions = expand_env(load_yaml(text, source), environ, problems, source)
     except ConfigError as error:
         return ConfigReport(Config(source=source), tuple(error.problems))
+    if raw is None:
+        # Most often a file caught while it is rewritten (truncated, not yet written): read as every default, a
+        # SIGHUP then would drop every target. `{}` asks for every default on purpose.
+        return ConfigReport(Config(source=source), (f"{source}: the config is empty (write {{}} for every default)",))
     r = Reader(source, problems, expansions)
     base = _base_directory(source)
     data = r.mapping(raw, "(top level)")

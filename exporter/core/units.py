@@ -40,7 +40,6 @@ _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$
 _DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ms|s|m|h|d|w)")
 
 GIB = 1024**3
-MIB = 1024**2
 
 
 def value_kind(value: object) -> str:

@@ -46,7 +46,7 @@ from exporter.display import shown
 from exporter.sources.engines import read_page
 from exporter.sources.engines.base import EngineReading, Histogram, PageLimits
 from exporter.sources.engines.llamacpp import capacity_from_slots
-from exporter.sources.http import CredentialsError, credential_headers, fetch
+from exporter.sources.http import CredentialsError, credential_headers, described, fetch
 from exporter.sources.kubernetes import PodDiscovery
 from exporter.sources.nvml import GpuReading, NvmlReader, NvmlSnapshot
 from exporter.sources.processes import Attributor
@@ -82,8 +82,11 @@ class TargetMemory:
 
     failures_total: Mapping[str, int] = field(default_factory=dict)
     last_success: float | None = None
-    histories: Mapping[str, History] = field(default_factory=dict)
-    slo_counters: Mapping[tuple[str, str], SloCounter] = field(default_factory=dict)
+    # Histories and SLO counters are kept per series (instance, engine, served model): a counter carried across an
+    # engine or model change would add one model's requests to another's series when the page changes back, and a
+    # history would read the step from one model's KV usage to the other's as a trend.
+    histories: Mapping[tuple[str, str, str | None], History] = field(default_factory=dict)
+    slo_counters: Mapping[tuple[str, str, str | None, str], SloCounter] = field(default_factory=dict)
     # The model's plan changes only when its inputs do: computed once per change, not at every poll.
     plans: Mapping[str, tuple[_PlanInputs, CapacityPlan | None]] = field(default_factory=dict)
 
@@ -288,7 +291,9 @@ class Daemon:
                 current[path] = TargetFile(stamp, parse_target_file(read_config_text(path, "target file"), path))
             except (OSError, ConfigError) as error:
                 kept = known.targets if known is not None else ()
-                log.warning("target file %s not used, keeping its last good %d targets: %s", path, len(kept), error)
+                log.warning(
+                    "target file %s not used, keeping its last good %s: %s", path, counted(len(kept), "target"), error
+                )
                 current[path] = TargetFile(stamp, kept)
         self._files = current
 
@@ -497,7 +502,7 @@ class Daemon:
             return await self._read_target(session, target)
         except Exception as error:  # a surprise in one target's read is that target's failure, never the loop's
             log.debug("target %s: unexpected failure", target.name, exc_info=True)
-            return self._failed(target, "error", f"{type(error).__name__}: {error}", time.monotonic() - started)
+            return self._failed(target, "error", described(error), time.monotonic() - started)
 
     async def _read_target(self, session: aiohttp.ClientSession, target: Target) -> TargetState:
         if target.problem is not None:
@@ -568,12 +573,13 @@ class Daemon:
         # Only this page's instances and the configured SLOs are kept: an engine whose instance label changes every
         # poll would otherwise grow them without bound.
         live = {r.instance for r in readings}
+        series = {(r.instance, r.engine, r.model) for r in readings}
         slos = {slo.name for slo in self.config.slos}
         self._memory[target.name] = TargetMemory(
             failures_total=memory.failures_total,
             last_success=now,
-            histories=MappingProxyType({i: h for i, h in histories.items() if i in live}),
-            slo_counters=MappingProxyType({k: c for k, c in counters.items() if k[0] in live and k[1] in slos}),
+            histories=MappingProxyType({k: h for k, h in histories.items() if k in series}),
+            slo_counters=MappingProxyType({k: c for k, c in counters.items() if k[:3] in series and k[3] in slos}),
             plans=MappingProxyType({i: p for i, p in plans.items() if i in live}),
         )
         return TargetState(
@@ -608,8 +614,8 @@ class Daemon:
         target: Target,
         reading: EngineReading,
         gpu: GpuSpec | None,
-        histories: dict[str, History],
-        counters: dict[tuple[str, str], SloCounter],
+        histories: dict[tuple[str, str, str | None], History],
+        counters: dict[tuple[str, str, str | None, str], SloCounter],
         plans: dict[str, tuple[_PlanInputs, CapacityPlan | None]],
         now: float,
     ) -> InstanceState:
@@ -620,10 +626,11 @@ class Daemon:
         room = headroom(
             reading.kv_cache_usage_ratio, capacity, reading.request_prompt_tokens, reading.request_generation_tokens
         )
-        history = histories.get(reading.instance, History(HISTORY_SECONDS, HISTORY_POINTS))
+        series = (reading.instance, reading.engine, reading.model)
+        history = histories.get(series, History(HISTORY_SECONDS, HISTORY_POINTS))
         if reading.kv_cache_usage_ratio is not None:
             history = history.add(Point(now, reading.kv_cache_usage_ratio))
-        histories[reading.instance] = history
+        histories[series] = history
         interval = self._poll_interval(target)
         eta = eta_seconds(history.points, self.config.saturation_kv_usage, now, min_span_seconds=3 * interval)
         slos = []
@@ -631,7 +638,7 @@ class Daemon:
             histogram = _histogram_for(reading, slo.name)
             if histogram is None:
                 continue
-            key = (reading.instance, slo.name)
+            key = (*series, slo.name)
             counters[key] = advance(counters.get(key, SloCounter()), histogram, slo.threshold_seconds)
             slos.append(SloState(slo, counters[key]))
         return InstanceState(

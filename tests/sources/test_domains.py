@@ -55,6 +55,12 @@ def test_counters_must_be_finite_and_not_negative():
     assert reading.requests_waiting is None and reading.preemptions_total is None
 
 
+def test_counts_past_what_a_float_holds_whole_are_rejected():
+    reading = only_reading(vllm_page(waiting="1e308", preemptions=str(2**53)))
+    assert reading.invalid == {"requests_waiting": "1e+308 is over 2**53, more than any engine counts"}
+    assert reading.requests_waiting is None and reading.preemptions_total == 2**53
+
+
 @pytest.mark.parametrize(
     ("config", "field", "reason"),
     [
@@ -119,6 +125,11 @@ def ttft(buckets: tuple[tuple[str, str], ...], count: str, total: str = "1") -> 
         (ttft((("0.1", "NaN"), ("+Inf", "5")), "5"), "bucket le=0.1: NaN is not a number"),
         (ttft((("0.1", "1"), ("+Inf", "+Inf")), "5"), "bucket le=+Inf: +Inf is not finite"),
         (ttft((("0.1", "1"), ("+Inf", "5")), "-Inf"), "count: -Inf is not finite"),
+        (ttft((("0.1", "1"), ("+Inf", "5")), "1e308"), "count: 1e+308 is over 2**53, more than any engine counts"),
+        (
+            ttft((("0.1", "1e20"), ("+Inf", "1e20")), "1e20"),
+            "bucket le=0.1: 1e+20 is over 2**53, more than any engine counts",
+        ),
         (
             ttft((("0.1", "1"),), "0"),
             "bucket le=+Inf: holds 0, fewer than le=0.1 below it (1): cumulative counts cannot fall",

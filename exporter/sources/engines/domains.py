@@ -17,6 +17,9 @@ from exporter.sources.engines.base import EngineReading, Histogram
 # Above any real KV pool or block (2**40 tokens is a petabyte of KV at one byte a token), below where a float
 # stops holding whole numbers exactly.
 MAX_COUNT = 2**40
+# Above what any engine counts in its life (a million tokens a second for 285 years), where a float stops holding
+# whole numbers: a hostile page's 1e308 would otherwise be summed across resets into an SLO counter of +Inf.
+MAX_AMOUNT = 2**53
 
 
 def shown(value: float) -> str:
@@ -35,11 +38,13 @@ def ratio_problem(value: float) -> str | None:
 
 
 def amount_problem(value: float) -> str | None:
-    """Requests, tokens, counters: finite and not negative."""
+    """Requests, tokens, counters: finite, not negative, at most MAX_AMOUNT."""
     if math.isnan(value):
         return "NaN is not a number"
     if math.isinf(value):
         return f"{shown(value)} is not finite"
+    if value > MAX_AMOUNT:
+        return f"{shown(value)} is over 2**53, more than any engine counts"
     return f"{shown(value)} is negative" if value < 0 else None
 
 
@@ -65,7 +70,7 @@ def histogram_problem(histogram: Histogram) -> str | None:
     """Finite, non-negative counts that never fall from one bucket to the next; a sum, where given, likewise."""
     below_bound, below_count = -math.inf, 0.0  # the bucket before; the first must hold at least 0
     for bound, count in histogram.buckets:
-        if not below_count <= count < math.inf:  # one test for NaN, Inf, negative and falling
+        if not below_count <= count <= MAX_AMOUNT:  # one test for NaN, Inf, too big, negative and falling
             why = amount_problem(count) or (
                 f"holds {shown(count)}, fewer than le={shown(below_bound)} below it ({shown(below_count)}): "
                 "cumulative counts cannot fall"
