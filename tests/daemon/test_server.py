@@ -6,6 +6,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 import aiohttp
 import pytest
@@ -209,11 +210,8 @@ def test_a_sighup_during_a_reload_runs_one_more_reload_after_it_never_two_at_onc
     assert daemon.config == second
 
 
-def test_a_rejected_reload_keeps_the_running_config_and_says_why(caplog):
-    running = Config(nvml=False, poll_interval_seconds=7.0)
-
-    def reload() -> Config:
-        raise ConfigError(["plimsoll.yaml: poll_interval: 5 has no unit: write 5s"])
+def _after_a_rejected_reload(reload: Callable[[], Config], running: Config, caplog: pytest.LogCaptureFixture) -> Daemon:
+    """The daemon once a SIGHUP's reload was rejected and the rejection logged."""
 
     async def go() -> Daemon:
         daemon, reloader = _reloading(reload, running)
@@ -222,8 +220,16 @@ def test_a_rejected_reload_keeps_the_running_config_and_says_why(caplog):
         return daemon
 
     with caplog.at_level(logging.INFO, logger="plimsoll.server"):
-        daemon = asyncio.run(go())
-    assert daemon.config is running
+        return asyncio.run(go())
+
+
+def test_a_rejected_reload_keeps_the_running_config_and_says_why(caplog):
+    running = Config(nvml=False, poll_interval_seconds=7.0)
+
+    def reload() -> Config:
+        raise ConfigError(["plimsoll.yaml: poll_interval: 5 has no unit: write 5s"])
+
+    assert _after_a_rejected_reload(reload, running, caplog).config is running
     assert "keeping the running config:\nplimsoll.yaml: poll_interval: 5 has no unit" in caplog.text
 
 
@@ -232,15 +238,7 @@ def test_a_reload_that_finds_the_config_file_emptied_while_it_is_rewritten_keeps
     config_file.write_text("")  # truncated by the writer, its new text not written yet
     running = Config(targets=(Target("llama", "http://127.0.0.1:8000/metrics"),), nvml=False)
 
-    async def go() -> Daemon:
-        daemon, reloader = _reloading(lambda: load_config(config_file, environ={}), running)
-        reloader.on_sighup()
-        await _until(lambda: "config reload rejected" in caplog.text, "the rejection logged")
-        return daemon
-
-    with caplog.at_level(logging.INFO, logger="plimsoll.server"):
-        daemon = asyncio.run(go())
-    assert daemon.config is running
+    assert _after_a_rejected_reload(lambda: load_config(config_file, environ={}), running, caplog).config is running
     assert f"{config_file}: the config is empty (write {{}} for every default)" in caplog.text
 
 
