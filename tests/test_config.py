@@ -998,3 +998,21 @@ def test_check_config_names_the_variable_in_what_the_capacity_model_finds_too(tm
     assert main(["check-config", str(config)]) == 2
     err = capsys.readouterr().err
     assert f"{config}: targets[0].gpu_type: unknown GPU the value of ${{TOKEN}}." in err and "s3cret" not in err, err
+
+
+def test_periods_and_windows_too_short_for_the_rules_they_feed_are_refused_naming_the_field():
+    """An SLO period shorter than the slowest burn-rate window (3d) leaves it no budget to measure, and a trend
+    window under a minute holds too few of the monitors' 15s scrapes for predict_linear: rules that never fire."""
+    document = "slo_period: 1d\nalerting: {saturation_trend_window: 30s}\n"
+    assert [problem.split(": ", 2)[1:] for problem in check_config(document, "c.yaml", environ={}).problems] == [
+        [
+            "slo_period",
+            "'1d' is shorter than 3d: the slowest burn-rate alert looks back 3d, so the period must hold it",
+        ],
+        [
+            "alerting.saturation_trend_window",
+            "'30s' is shorter than 1m: predict_linear needs several scrapes (every 15s) in its window",
+        ],
+    ]
+    config = parse_config("slo_period: 3d\nalerting: {saturation_trend_window: 1m}\n", "c.yaml", environ={})
+    assert (config.slo_period_seconds, config.alerting.saturation_trend_window_seconds) == (3 * 86400.0, 60.0)

@@ -9,6 +9,7 @@ from exporter.capacity.plan import MAX_GPU_MEMORY_BYTES, MAX_GPU_TIB
 from exporter.config.model import AlertingConfig
 from exporter.config.reader import Reader
 from exporter.config.validators import (
+    duration_at_least,
     redact_url,
     shown,
     text_value,
@@ -165,6 +166,11 @@ def _growth_per_hour(value: Any) -> int:
     return size
 
 
+# predict_linear fits a line through the samples in its window; the generated monitors scrape every 15s, so a
+# shorter window than a minute holds too few (under 30s, fewer than the two a line needs) and the alert never fires.
+_TREND_WINDOW = duration_at_least(60.0, "predict_linear needs several scrapes (every 15s) in its window")
+
+
 def parse_alerting(r: Reader, raw: Any) -> AlertingConfig:
     data = r.mapping(raw, "alerting")
     r.unknown(data, "alerting", _ALERTING_FIELDS)
@@ -188,6 +194,6 @@ def parse_alerting(r: Reader, raw: Any) -> AlertingConfig:
             data, "saturation_ahead_for", p, validate_duration, default.saturation_ahead_for_seconds
         ),
         saturation_trend_window_seconds=r.convert(
-            data, "saturation_trend_window", p, validate_duration, default.saturation_trend_window_seconds
+            data, "saturation_trend_window", p, _TREND_WINDOW, default.saturation_trend_window_seconds
         ),
     )

@@ -16,6 +16,7 @@ from exporter.config.reader import Reader
 from exporter.config.slos import parse_slos
 from exporter.config.targets import parse_targets
 from exporter.config.validators import (
+    duration_at_least,
     readable_file,
     shown,
     validate_boolean,
@@ -25,6 +26,7 @@ from exporter.config.validators import (
     validate_ratio,
     validate_request_count,
 )
+from exporter.core.slo import LONGEST_BURN_WINDOW_SECONDS
 from exporter.core.units import parse_size
 
 _TOP_FIELDS = (
@@ -57,6 +59,11 @@ MIN_RESPONSE_BYTES = 64 * 1024
 # instances (the default max_instances_per_target) behind one port. A bigger cap is a typo (64GiB for 64MiB) that
 # would let one scrape buffer gigabytes.
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+_SLO_PERIOD = duration_at_least(
+    LONGEST_BURN_WINDOW_SECONDS, "the slowest burn-rate alert looks back 3d, so the period must hold it"
+)
 
 
 def _max_response_size(value: Any) -> int:
@@ -115,7 +122,7 @@ def check_config(text: str, source: str, environ: Mapping[str, str] | None = Non
         kubernetes=parse_kubernetes(r, discovery.get("kubernetes"), environ),
         scan_local_ports=r.convert(discovery, "scan_local_ports", "discovery.", validate_boolean, False),
         slos=parse_slos(r, data.get("slos")),
-        slo_period_seconds=r.convert(data, "slo_period", "", validate_duration, 30 * 86400.0),
+        slo_period_seconds=r.convert(data, "slo_period", "", _SLO_PERIOD, 30 * 86400.0),
         saturation_kv_usage=r.convert(saturation, "kv_usage", "saturation.", validate_ratio, 0.90),
         saturation_queue=r.convert(saturation, "queue", "saturation.", validate_request_count, None),
         lead_time_seconds=r.convert(saturation, "lead_time", "saturation.", validate_duration, 900.0),

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from exporter.config.model import DEFAULT_PORT
-from exporter.core.units import parse_duration, quoted, value_kind
+from exporter.core.units import duration, parse_duration, quoted, value_kind
 
 shown = quoted  # the name every config module quotes a bad value by
 _SHOWN_KEY_CHARS = 40  # of a key named in a field path, which a message may repeat more than once
@@ -118,6 +118,18 @@ def validate_duration(value: Any) -> float:
     if seconds > MAX_DURATION_SECONDS:
         raise ValueError(f"{shown(value)} is out of range: Plimsoll accepts durations up to 366d")
     return seconds
+
+
+def duration_at_least(least: float, why: str) -> Callable[[Any], float]:
+    """A duration (validate_duration) of at least `least` seconds; `why` says what needs that long."""
+
+    def check(value: Any) -> float:
+        seconds = validate_duration(value)
+        if seconds < least:
+            raise ValueError(f"{shown(value)} is shorter than {duration(least)}: {why}")
+        return seconds
+
+    return check
 
 
 _BOOLEAN_WORDS = {"true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}

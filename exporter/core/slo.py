@@ -37,6 +37,8 @@ _BURN_POLICY: tuple[tuple[Severity, float, float, float], ...] = (
     ("ticket", 0.10, _DAY, 2 * _HOUR),
     ("ticket", 0.10, 3 * _DAY, 6 * _HOUR),
 )
+# The slowest burn-rate alert looks back this far: an SLO period shorter than it has no budget for it to measure.
+LONGEST_BURN_WINDOW_SECONDS = max(long_window for _, _, long_window, _ in _BURN_POLICY)
 
 
 class CumulativeHistogram(Protocol):
