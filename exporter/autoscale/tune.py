@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from exporter.autoscale.demand import DemandPoint
 from exporter.autoscale.replay import Syncs, replay_syncs
 from exporter.config import AutoscalingConfig, ScaledWorkload
+from exporter.core.units import duration
 from exporter.scaling import scaler_spec
 
 MARGINS = tuple(round(0.5 + 0.05 * step, 2) for step in range(11))
@@ -176,12 +177,11 @@ def tune(
 
 
 def duration_text(seconds: float) -> str:
-    """A window as the config writes it: whole minutes as `20m`, else seconds."""
-    if seconds % 60 == 0:
-        return f"{int(seconds // 60)}m"
-    return f"{seconds:g}s"
+    """A window as the config writes it (`20m`, `1h30m`): "%g" wrote a long one as `1e+06s`, which no config reads."""
+    return duration(seconds)
 
 
 def config_change(knobs: Knobs) -> str:
-    """The YAML lines to paste into the config."""
-    return f"autoscaling:\n  margin: {knobs.margin:g}\n  demand_window: {duration_text(knobs.demand_window_seconds)}\n"
+    """The YAML lines to paste into the config, the margin with every digit it has (it scales every target)."""
+    margin = repr(knobs.margin).removesuffix(".0")
+    return f"autoscaling:\n  margin: {margin}\n  demand_window: {duration_text(knobs.demand_window_seconds)}\n"

@@ -15,7 +15,7 @@ import yaml
 
 from exporter.autoscale.demand import DemandPoint, parse_demand
 from exporter.autoscale.replay import replay
-from exporter.autoscale.tune import MARGINS, Knobs, Outcome, demand_request_seconds, tune, windows
+from exporter.autoscale.tune import MARGINS, Knobs, Outcome, config_change, demand_request_seconds, tune, windows
 from exporter.cli import main
 from exporter.config import AutoscalingConfig, ScaledWorkload, load_config
 from exporter.scaling import scaler_spec
@@ -294,3 +294,11 @@ def test_where_the_config_s_own_knobs_win_there_is_nothing_to_paste(
     assert "paste" not in printed
     page = (out / "report.html").read_text()
     assert "No change: the config&#x27;s own margin" in page and "--tune</a>: no change" in page
+
+
+@pytest.mark.parametrize("knobs", [Knobs(0.8333333333333334, 1_000_030.0), Knobs(1.0, 1200.0), Knobs(0.7, 630.5)])
+def test_the_config_change_reads_back_as_the_knobs_it_prints(tmp_path: Path, knobs: Knobs) -> None:
+    """ "%g" printed a 1,000,030 s window as 1e+06s, which no config reads, and a margin cut to six digits."""
+    config = _pasted(tmp_path, _config(tmp_path), config_change(knobs))
+    section = load_config(config, environ={}).autoscaling
+    assert (section.margin, section.demand_window_seconds) == (knobs.margin, knobs.demand_window_seconds)
