@@ -30,7 +30,6 @@ credential, and what to do.
 """
 
 import asyncio
-import base64
 import json
 import math
 import ssl
@@ -50,7 +49,7 @@ from exporter.core.units import duration
 from exporter.display import shown
 from exporter.files import ca_context, read_secret
 from exporter.scaling import DEMAND_RECORD, promql_string
-from exporter.sources.http import TLS_FAILED, fetch
+from exporter.sources.http import TLS_FAILED, basic_authorization, fetch
 
 # Prometheus refuses a range query of more than 11,000 points per series.
 MAX_POINTS_PER_QUERY = 11_000
@@ -139,8 +138,7 @@ def _authorization(bearer_token_file: str | None, basic_auth_user: str | None, p
         raise DemandError("--prometheus-basic-auth-user: needs --prometheus-password-file FILE (the password's file)")
     if ":" in basic_auth_user or not basic_auth_user.isprintable():
         raise DemandError("--prometheus-basic-auth-user: a user name holds no ':' and no control character")
-    pair = f"{basic_auth_user}:{_read_secret(password_file, '--prometheus-password-file')}".encode()
-    return f"Basic {base64.b64encode(pair).decode('ascii')}"
+    return basic_authorization(basic_auth_user, _read_secret(password_file, "--prometheus-password-file"))
 
 
 def _tls(ca_file: str | None) -> ssl.SSLContext | None:

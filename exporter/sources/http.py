@@ -131,6 +131,11 @@ def _read_secret(path: str, field_name: str) -> str:
         raise CredentialsError(str(error)) from None
 
 
+def basic_authorization(user: str, password: str) -> str:
+    """The Authorization header's value for HTTP basic auth (RFC 7617); the caller has checked the user name."""
+    return f"Basic {base64.b64encode(f'{user}:{password}'.encode()).decode('ascii')}"
+
+
 def credential_headers(target: Target) -> dict[str, str]:
     """The Authorization header from the target's basic_auth or bearer_token_file, read at every poll (as
     Prometheus does) so a rotated secret is picked up without a reload."""
@@ -140,8 +145,7 @@ def credential_headers(target: Target) -> dict[str, str]:
             raise CredentialsError(
                 f"basic_auth.password_file {target.basic_auth.password_file}: empty (no password to send)"
             )
-        pair = f"{target.basic_auth.username}:{password}".encode()
-        return {"Authorization": f"Basic {base64.b64encode(pair).decode('ascii')}"}
+        return {"Authorization": basic_authorization(target.basic_auth.username, password)}
     if target.bearer_token_file is not None:
         token = _read_secret(target.bearer_token_file, "bearer_token_file")
         if not token:  # "Bearer " with nothing after it: a token file truncated mid-rotation, or never filled

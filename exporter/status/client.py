@@ -7,7 +7,6 @@ a bad flag is a ValueError, which the CLI turns into exit 2.
 
 import argparse
 import asyncio
-import base64
 import json
 import math
 import os
@@ -455,8 +454,7 @@ def _authorization(args: argparse.Namespace) -> str | None:
     else:
         missing = f"{PASSWORD_ENV} is empty" if PASSWORD_ENV in os.environ else "needs a password"
         raise ValueError(f"--basic-auth-user: {missing}: give the password in {PASSWORD_ENV} or --password-file")
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    return f"Basic {token}"
+    return http.basic_authorization(user, password)
 
 
 def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
