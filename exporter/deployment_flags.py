@@ -110,6 +110,23 @@ def _mm_limits_arg(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(limits))
 
 
+class _Switch(argparse.Action):
+    """A switch and its `--no-` spellings (EngineSpellings.negations): the last one given wins, as in vLLM; None
+    when none is given, so that a switch beside --from can be told from one not given."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, not (option_string or "").startswith("--no-"))
+
+
 def _deployment_arguments(p: argparse._ActionsContainer) -> None:
     def add(flag: str, **kwargs: Any) -> None:
         p.add_argument(flag, *_ALIASES.get(flag, ()), **kwargs)
@@ -123,7 +140,7 @@ def _deployment_arguments(p: argparse._ActionsContainer) -> None:
         help="layers per pipeline stage, e.g. 24,24,23,23: vLLM's VLLM_PP_LAYER_PARTITION (default: vLLM's split)",
     )
     add("--dp", type=_parallel_arg, help="data-parallel size: engines per replica (default 1)")
-    add("--enable-expert-parallel", action="store_true", help="MoE experts split over DP x TP GPUs")
+    add("--enable-expert-parallel", action=_Switch, help="MoE experts split over DP x TP GPUs")
     add("--ep-size", type=_parallel_arg, help="SGLang's expert-parallel size: above 1, as --enable-expert-parallel")
     add("--engine", choices=["vllm", "sglang"], help=f"default {_DEFAULT_ENGINE}")
     add(
@@ -160,7 +177,7 @@ def _deployment_arguments(p: argparse._ActionsContainer) -> None:
     )
     add(
         "--language-model-only",
-        action="store_true",
+        action=_Switch,
         help="vLLM's: every modality's limit 0, as --limit-mm-per-prompt '{\"image\": 0, \"video\": 0}' (no "
         "vision tower, no encoder profiling), whatever --limit-mm-per-prompt says",
     )
@@ -170,12 +187,12 @@ def _deployment_arguments(p: argparse._ActionsContainer) -> None:
         help="vLLM's: weights splits the vision tower over TP (default), data keeps a copy per GPU",
     )
     add("--quantization", help="online quantization of a 16-bit checkpoint: fp8 or bitsandbytes")
-    add("--enforce-eager", action="store_true", help="no CUDA graphs")
+    add("--enforce-eager", action=_Switch, help="no CUDA graphs")
     add(
-        "--no-async-scheduling",
-        action="store_true",
-        help="vLLM's: one batch in flight instead of two, so from v0.26 a sliding-window layer keeps one batch of "
-        "tokens beyond its window, not two",
+        "--async-scheduling",
+        action=_Switch,
+        help="vLLM's, on by default: PP + 1 batches in flight, PP with --no-async-scheduling; from v0.26 a "
+        "sliding-window layer keeps one batch of tokens beyond its window for each",
     )
     add(
         "--vllm-version",
@@ -221,6 +238,9 @@ def _read_engine_flags(command: EngineCommandLine) -> dict[str, tuple[Any, str]]
 
 def _conflict(dest: str, value: Any, shown: str) -> str:
     given = "--model" if dest == "model" else _flag_name(dest)
+    if isinstance(value, bool):  # a switch says nothing but its spelling
+        switch = given if value else "--no-" + given.removeprefix("--")
+        return f"--from says {shown} but {switch} is given too: give it once"
     return f"--from says {shown} but {given} says {value}: give it once"
 
 
@@ -243,7 +263,7 @@ class _FromEngineCommandLine(argparse.Action):
             parser.error(display.shown(f"--from: {error}"))
         for dest, (value, shown) in settings.items():
             current = getattr(namespace, dest, None)
-            if current not in (None, False) and current != value:
+            if current is not None and current != value:
                 parser.error(display.shown(_conflict(dest, current, shown)))
             setattr(namespace, dest, value)
         setattr(namespace, self.dest, settings)
@@ -327,7 +347,7 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
         tensor_parallel=_or(args.tp, 1),
         pipeline_parallel=_or(args.pp, len(args.pp_layer_partition) if args.pp_layer_partition else 1),
         data_parallel=_or(args.dp, 1),
-        expert_parallel=args.enable_expert_parallel or _or(args.ep_size, 1) > 1,
+        expert_parallel=_or(args.enable_expert_parallel, False) or _or(args.ep_size, 1) > 1,
         gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=args.max_model_len,
         max_num_batched_tokens=args.max_num_batched_tokens,
@@ -336,8 +356,8 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
         kv_cache_dtype=_or(args.kv_cache_dtype, "auto"),
         block_size=args.block_size,
         kv_cache_memory_bytes=args.kv_cache_memory,
-        enforce_eager=args.enforce_eager,
-        async_scheduling=not args.no_async_scheduling,
+        enforce_eager=_or(args.enforce_eager, False),
+        async_scheduling=_or(args.async_scheduling, True),
         quantization=quantization.from_flag(args.quantization) if args.quantization else None,
         vllm_version=args.vllm_version,
         pp_layer_partition=args.pp_layer_partition,

@@ -26,9 +26,17 @@ class EngineSpellings:
     sglang: tuple[str, ...]
     switch: bool = False
 
+    def negations(self) -> tuple[str, ...]:
+        """A switch's `--no-` spellings: vLLM declares its boolean flags with argparse's BooleanOptionalAction
+        (`_compute_kwargs` in vllm/engine/arg_utils.py), so each long spelling has one and the last of the pair
+        given wins. SGLang's switches are store_true, without one."""
+        if not self.switch:
+            return ()
+        return tuple("--no-" + s.removeprefix("--") for s in self.vllm if s.startswith("--"))
+
     def spellings(self) -> tuple[str, ...]:
         """The engine spellings that are not Plimsoll's own flag: its aliases on the command line."""
-        return tuple(dict.fromkeys(s for s in (*self.vllm, *self.sglang) if s != self.flag))
+        return tuple(dict.fromkeys(s for s in (*self.vllm, *self.negations(), *self.sglang) if s != self.flag))
 
 
 SETTINGS: tuple[EngineSpellings, ...] = (
@@ -52,7 +60,7 @@ SETTINGS: tuple[EngineSpellings, ...] = (
     EngineSpellings("--language-model-only", ("--language-model-only",), (), switch=True),
     EngineSpellings("--mm-encoder-tp-mode", ("--mm-encoder-tp-mode",), ()),
     EngineSpellings("--enforce-eager", ("--enforce-eager",), ("--disable-cuda-graph",), switch=True),
-    EngineSpellings("--no-async-scheduling", ("--no-async-scheduling",), (), switch=True),
+    EngineSpellings("--async-scheduling", ("--async-scheduling",), (), switch=True),
 )
 
 # Flags that change nothing Plimsoll models: serving, logging, parsing, scheduling order, prefix caching.
@@ -73,7 +81,6 @@ _IGNORED_SWITCHES = frozenset(
         "--enable-auto-tool-choice", "--enable-prefix-caching", "--enable-chunked-prefill", "--disable-radix-cache",
         "--enable-metrics", "--log-requests", "--disable-overlap-schedule", "--enable-mixed-chunk",
         "--enable-p2p-check", "--disable-fastapi-docs", "--disable-uvicorn-access-log", "--enable-cache-report",
-        "--async-scheduling",
     }
 )  # fmt: skip
 # Takes every following word up to the next flag (vLLM's nargs="+").
@@ -105,7 +112,7 @@ class EngineCommandLine:
 
 
 def _flags_of(engine: str) -> dict[str, EngineSpellings]:
-    return {spelling: s for s in SETTINGS for spelling in (s.vllm if engine == "vllm" else s.sglang)}
+    return {spelling: s for s in SETTINGS for spelling in ((*s.vllm, *s.negations()) if engine == "vllm" else s.sglang)}
 
 
 def _launcher(words: list[str]) -> tuple[str, list[str], str | None]:
@@ -126,7 +133,8 @@ def parse_engine_command_line(text: str) -> EngineCommandLine:
     """Read one launch command. Environment assignments before it (`CUDA_VISIBLE_DEVICES=0,1 vllm serve ...`) and
     backslash line continuations are allowed; VLLM_PP_LAYER_PARTITION among them is read as --pp-layer-partition."""
     try:
-        words = shlex.split(text.replace("\\\n", " "))
+        # A script saved with Windows line ends continues its lines with a backslash before "\r\n".
+        words = shlex.split(text.replace("\r\n", "\n").replace("\\\n", " "))
     except ValueError as error:
         raise EngineCommandLineError(f"cannot split the command line: {error}") from None
     environment: list[tuple[str, str]] = []
@@ -156,6 +164,8 @@ def parse_engine_command_line(text: str) -> EngineCommandLine:
             where = "first or in --model" if engine == "vllm" else "in --model-path"  # `sglang serve` has no MODEL
             raise EngineCommandLineError(f"unexpected {word!r}: expected a flag (the model goes {where})")
         flag, equals, inline_text = word.partition("=")
+        if engine == "vllm":
+            flag = _vllm_spelling(flag)
         inline = inline_text if equals else None
         if flag in _MODEL_FLAGS[engine]:
             given = value_of(flag, inline)
@@ -191,9 +201,16 @@ def parse_engine_command_line(text: str) -> EngineCommandLine:
     return EngineCommandLine(engine=engine, model=model, settings=tuple(settings), ignored=tuple(ignored))
 
 
+def _vllm_spelling(flag: str) -> str:
+    """vLLM's FlexibleArgumentParser reads `--max_model_len` as `--max-model-len`: a long flag's underscores, up to a
+    `.`, are dashes (vllm/utils/argparse_utils.py)."""
+    if not flag.startswith("--"):
+        return flag
+    name, dot, key = flag.removeprefix("--").partition(".")
+    return "--" + name.replace("_", "-") + dot + key
+
+
 def _is_negated_switch(flag: str) -> bool:
-    """`--no-enable-prefix-caching`, `--no-enforce-eager`: a switch turned off is the engine's default."""
-    if not flag.startswith("--no-"):
-        return False
-    positive = "--" + flag.removeprefix("--no-")
-    return positive in _IGNORED_SWITCHES or any(positive in (*s.vllm, *s.sglang) for s in SETTINGS if s.switch)
+    """`--no-enable-prefix-caching`: a switch that changes nothing Plimsoll models, turned off. A memory switch's
+    negation is a setting (EngineSpellings.negations), as the last of the pair decides."""
+    return flag.startswith("--no-") and "--" + flag.removeprefix("--no-") in _IGNORED_SWITCHES

@@ -56,6 +56,25 @@ def test_environment_assignments_and_line_continuations_are_accepted():
     assert command.settings == (("--tensor-parallel-size", "2"),)
 
 
+def test_a_line_continuation_saved_with_windows_line_ends_is_a_continuation():
+    command = parse_engine_command_line("vllm serve org/m \\\r\n  --tensor-parallel-size 2 \\\r\n  --enforce-eager\r\n")
+    assert command.settings == (("--tensor-parallel-size", "2"), ("--enforce-eager", None))
+
+
+def test_vllm_reads_underscores_in_a_flags_name_as_dashes_and_sglang_does_not():
+    command = parse_engine_command_line(
+        "vllm serve org/m --tensor_parallel_size 2 --max_model_len=8K --no-enforce_eager --served_model_name m"
+    )
+    assert command.settings == (
+        ("--tensor-parallel-size", "2"),
+        ("--max-model-len", "8K"),
+        ("--no-enforce-eager", None),
+    )
+    assert command.ignored == ("--served-model-name",)
+    with pytest.raises(EngineCommandLineError, match="--tp_size is not a sglang flag"):
+        parse_engine_command_line("python -m sglang.launch_server --model-path org/m --tp_size 2")
+
+
 def test_vllms_layer_partition_variable_is_read_as_the_plimsoll_flag():
     command = parse_engine_command_line("env VLLM_PP_LAYER_PARTITION=24,24,23,23 vllm serve org/m -pp 4")
     assert command.settings == (("--pp-layer-partition", "24,24,23,23"), ("-pp", "4"))
@@ -84,6 +103,7 @@ def test_another_engines_spelling_is_unknown_to_this_engine():
         ("vllm serve 'org/m", "cannot split"),
         # A switch's value is never read, so `=false` would read as on.
         ("vllm serve org/m --enforce-eager=false", "--enforce-eager takes no value"),
+        ("vllm serve org/m --no-enforce-eager=true", "--no-enforce-eager takes no value"),
         ("python -m sglang.launch_server --model-path org/m --disable-cuda-graph=0", "--disable-cuda-graph takes no"),
     ],
 )
@@ -99,12 +119,12 @@ def test_from_given_twice_is_refused_as_such(capsys: pytest.CaptureFixture[str])
     assert "--from: given twice: give the one launch command the engine runs" in capsys.readouterr().err
 
 
-def test_vllms_language_model_only_is_a_switch_and_its_negation_the_default():
-    assert parse_engine_command_line("vllm serve org/m --language-model-only").settings == (
-        ("--language-model-only", None),
-    )
-    assert parse_engine_command_line("vllm serve org/m --no-language-model-only").ignored == (
-        "--no-language-model-only",
+def test_a_vllm_switch_and_its_negation_are_both_settings_in_order_as_the_last_one_decides():
+    command = parse_engine_command_line("vllm serve org/m --language-model-only --no-language-model-only -ep")
+    assert command.settings == (("--language-model-only", None), ("--no-language-model-only", None), ("-ep", None))
+    assert command.ignored == ()
+    assert parse_engine_command_line("vllm serve org/m --no-enable-prefix-caching").ignored == (
+        "--no-enable-prefix-caching",
     )
 
 
@@ -114,7 +134,7 @@ def test_a_negative_value_is_a_value_not_a_flag():
 
 SETTING_WORDS = st.sampled_from(
     [("--tensor-parallel-size", "2"), ("-pp", "2"), ("--max-model-len", "32K"), ("--enforce-eager", None),
-     ("--kv-cache-dtype", "fp8"), ("--gpu-memory-utilization", "0.85"), ("-ep", None)]
+     ("--kv-cache-dtype", "fp8"), ("--gpu-memory-utilization", "0.85"), ("-ep", None), ("--no-enforce-eager", None)]
 )  # fmt: skip
 IGNORED_WORDS = st.sampled_from([("--port", "8000"), ("--trust-remote-code", None), ("--host", "0.0.0.0")])
 

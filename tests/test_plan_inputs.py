@@ -87,6 +87,52 @@ def test_flags_beside_from_that_agree_or_add_are_taken(capsys):
     assert (answer["tensor_parallel"], answer["max_num_seqs"]) == (2, 64)
 
 
+# Each switch the planner mirrors, with a launch whose plan shows it. vLLM declares its switches with argparse's
+# BooleanOptionalAction (vllm/engine/arg_utils.py), so of `--x` and `--no-x` the last one given wins.
+SWITCHES = [
+    ("--language-model-only", "qwen2.5-vl-7b"),
+    ("--enforce-eager", "llama-3.1-8b"),
+    ("--enable-expert-parallel", "qwen3-30b-a3b --tensor-parallel-size 2"),
+    ("--async-scheduling", "gemma-4-26b-a4b --max-model-len 4096 --max-num-batched-tokens 2048 --language-model-only"),
+]
+
+
+@pytest.mark.parametrize(("switch", "launch"), SWITCHES)
+def test_of_a_switch_and_its_negation_the_last_one_given_wins_as_in_vllm(capsys, switch, launch):
+    negation = "--no-" + switch.removeprefix("--")
+    model, *flags = launch.split()
+    on = plan_json(capsys, "--model", model, *flags, switch)
+    off = plan_json(capsys, "--model", model, *flags, negation)
+    assert on != off
+    assert plan_json(capsys, "--model", model, *flags, negation, switch) == on
+    assert plan_json(capsys, "--model", model, *flags, switch, negation) == off
+    assert plan_json(capsys, "--from", f"vllm serve {launch} {negation} {switch}") == on
+    assert plan_json(capsys, "--from", f"vllm serve {launch} {switch} {negation}") == off
+
+
+@pytest.mark.parametrize(("switch", "launch"), SWITCHES)
+def test_a_switch_beside_from_that_contradicts_it_names_both_spellings(capsys, switch, launch):
+    negation = "--no-" + switch.removeprefix("--")
+    err = usage_error(capsys, negation, "--from", f"vllm serve {launch} {switch}")
+    assert f"--from says {switch} but {negation} is given too: give it once" in err
+    assert main(["plan", "--from", f"vllm serve {launch} {negation}", switch]) == 2
+    assert f"--from says {negation} but {switch} is given too: give it once" in capsys.readouterr().err
+
+
+def test_from_reads_a_flag_given_twice_as_vllm_does_the_last_one_in_any_spelling(capsys):
+    launch = "vllm serve llama-3.1-8b -tp 2 --tensor_parallel_size=4 --max_model_len 8K --max-model-len 4096"
+    answer = plan_json(capsys, "--from", launch)
+    assert (answer["tensor_parallel"], answer["max_model_len"]) == (4, 4096)
+
+
+def test_sglangs_cuda_graph_switch_has_no_negation_as_in_sglang(capsys):
+    launch = "python -m sglang.launch_server --model-path llama-3.1-8b --disable-cuda-graph"
+    eager = plan_json(capsys, "--model", "llama-3.1-8b", "--engine", "sglang", "--enforce-eager")
+    assert plan_json(capsys, "--from", launch) == eager
+    err = usage_error(capsys, "--from", f"{launch} --no-disable-cuda-graph")
+    assert "--no-disable-cuda-graph is not a sglang flag" in err
+
+
 def test_from_with_an_unknown_flag_names_it(capsys):
     assert "--speculative-config is not a vllm flag" in usage_error(
         capsys, "--from", "vllm serve llama-3.1-8b --speculative-config {}"
