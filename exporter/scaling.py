@@ -85,6 +85,14 @@ class ScalerSpec:
     margin: float  # replicas needed = ceil(peak demand / (one replica's capacity x margin))
 
 
+def target_millis(value: float) -> int:
+    """The target `value` as the applied scaler holds it: a whole number of thousandths, the milli-units of the
+    Kubernetes quantity the HPA controller computes with. `generate` writes the HPA's target as that many `m` and
+    KEDA's threshold as a text KEDA turns back into exactly as many (it truncates threshold x 1000), and the replay
+    holds its HPA to the same number, so the replay and the controller never part at a rounding edge."""
+    return round(value * 1000)
+
+
 def promql_string(text: str) -> str:
     """`text` as a PromQL string literal. A label value may hold quotes and backslashes; never a line break or other
     control character (exporter.config.label_value refuses them), so these two escapes are all it needs."""

@@ -26,12 +26,18 @@ from exporter.autoscale.outputs import (
     result_text,
     tune_document,
 )
-from exporter.autoscale.prometheus import demand_from_prometheus, prometheus_access, prometheus_url
+from exporter.autoscale.prometheus import (
+    DEFAULT_BUDGET_SECONDS,
+    demands_from_prometheus,
+    prometheus_access,
+    prometheus_url,
+)
 from exporter.autoscale.replay import replay
 from exporter.autoscale.report import REPORT_FILE, render_report
 from exporter.autoscale.tune import DEFAULT_OVERFLOW_BUDGET, parse_overflow_budget, tune
 from exporter.cli_args import EXIT_OK, Formatter, Subcommands, duration_arg, env_twin, flag_type
 from exporter.config import AutoscalingConfig, Config, ScaledWorkload, load_config
+from exporter.core.units import duration
 from exporter.cost import gpu_hour_price
 from exporter.display import shown
 from exporter.files import read_capped, write_all_or_none
@@ -83,6 +89,15 @@ def add_autoscale(commands: Subcommands) -> None:
         type=duration_arg,
         metavar="DURATION",
         help="with --prometheus: how far back to replay, at one point per 15 s (default: 7d)",
+    )
+    env_twin(
+        replay_parser,
+        "--prometheus-timeout",
+        "PLIMSOLL_PROMETHEUS_TIMEOUT",
+        type=duration_arg,
+        metavar="DURATION",
+        help="with --prometheus: the most the whole read of the traces may take, every range query together "
+        f"(default: {duration(DEFAULT_BUDGET_SECONDS)})",
     )
     replay_parser.add_argument(
         "--workload",
@@ -242,12 +257,13 @@ def _traces(args: argparse.Namespace, workloads: Sequence[ScaledWorkload]) -> li
         args.prometheus_password_file,
         args.prometheus_ca_file,
     )
-    return [
-        asyncio.run(
-            demand_from_prometheus(args.prometheus, workload.model, since, PROMETHEUS_STEP_SECONDS, access=access)
+    budget = DEFAULT_BUDGET_SECONDS if args.prometheus_timeout is None else args.prometheus_timeout
+    models = [workload.model for workload in workloads]
+    return asyncio.run(
+        demands_from_prometheus(
+            args.prometheus, models, since, PROMETHEUS_STEP_SECONDS, budget_seconds=budget, access=access
         )
-        for workload in workloads
-    ]
+    )
 
 
 def _source(args: argparse.Namespace) -> dict[str, Any]:

@@ -33,12 +33,18 @@ TOO_FEW = "min replicas"
 
 @dataclass(frozen=True)
 class Reading:
-    """One metric's value at one sync, and its target."""
+    """One metric's value at one sync, and its target as the scaler holds it."""
 
     metric: str
     metric_type: str  # "AverageValue": `value` is the fleet's total; "Value": `value` is compared as it is
-    target: float
+    target_millis: int  # thousandths, as the HPA's quantity holds it (exporter.scaling.target_millis)
     value: float
+
+
+def _millis(value: float) -> int:
+    """A metric's value as the controller reads it: KEDA and prometheus-adapter both serve it as int64(value x
+    1000) thousandths, truncated."""
+    return int(value * 1000)
 
 
 @dataclass(frozen=True)
@@ -82,15 +88,23 @@ def first_history(now: float, replicas: int) -> History:
     return History(recommendations=((now, replicas),))
 
 
+def needed(reading: Reading) -> int:
+    """The replicas an AverageValue metric asks for outside the tolerance: ceil(total / target), in thousandths."""
+    return math.ceil(_millis(reading.value) / reading.target_millis)
+
+
 def propose(reading: Reading, current: int, ready: int) -> Proposal:
     """The replicas one metric asks for. AverageValue: ceil(total / target), held at `current` while total /
     (target x current) is within the tolerance of 1. Value: ceil(ready x value / target), held while value /
-    target is within it (the controller multiplies by the ready pods, not the current count)."""
+    target is within it (the controller multiplies by the ready pods, not the current count). In whole thousandths,
+    as the controller computes: 51 over a target of 102m asks for 500 replicas, where the floats' 51 / 0.102 ask for
+    501."""
+    usage = _millis(reading.value)
     if reading.metric_type == "AverageValue":
-        ratio = reading.value / (reading.target * current)
-        wanted = math.ceil(reading.value / reading.target)
+        ratio = usage / (reading.target_millis * current)
+        wanted = needed(reading)
     else:
-        ratio = reading.value / reading.target
+        ratio = usage / reading.target_millis
         wanted = math.ceil(ratio * ready)
     if abs(1.0 - ratio) <= TOLERANCE:
         return Proposal(reading, current, True)

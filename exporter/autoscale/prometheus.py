@@ -6,7 +6,8 @@ Two queries per model, on the same steps: `sum(model:plimsoll_demand_requests:su
 MAX_POINTS_PER_QUERY steps, Prometheus' limit per series (a week at 15 s is 40,320 steps). Each answer is read through
 the one bounded fetch (exporter/sources/http.py: a deadline and a size cap) and checked: a successful matrix of at
 most one series, at most one sample a step, every time within the range asked, every value a number from 0 to
-MAX_DEMAND.
+MAX_DEMAND. The whole read, every model's every chunk, has a budget too (--prometheus-timeout): a slow server
+answering each query just within its deadline would otherwise hold the command for as long as it likes.
 
 Gaps: a step without a demand sample is dropped from the trace, never filled. Prometheus already carries a sample
 forward for its lookback delta (5 min by default), so a missed scrape or rule evaluation never leaves a gap; what
@@ -34,7 +35,7 @@ import json
 import math
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -54,6 +55,9 @@ from exporter.sources.http import TLS_FAILED, basic_authorization, fetch
 # Prometheus refuses a range query of more than 11,000 points per series.
 MAX_POINTS_PER_QUERY = 11_000
 QUERY_TIMEOUT_SECONDS = 60.0
+# The whole read, every model's every chunk: a week is 8 range queries per model, each seconds on a healthy server,
+# while a slow one at up to QUERY_TIMEOUT_SECONDS each would hold the command for many minutes.
+DEFAULT_BUDGET_SECONDS = 600.0
 # 11,000 points of one series is about 300 kB of JSON; anything far larger is not the answer asked for.
 MAX_ANSWER_BYTES = 8 << 20
 QUEUE_METRIC = "plimsoll_requests_waiting"
@@ -322,3 +326,32 @@ async def demand_from_prometheus(
             "model name against the config's autoscaling workloads"
         )
     return tuple(DemandPoint(at, demands[at], queues.get(at)) for at in sorted(demands))
+
+
+async def demands_from_prometheus(
+    url: str,
+    models: Sequence[str],
+    since_seconds: float,
+    step_seconds: float,
+    *,
+    budget_seconds: float = DEFAULT_BUDGET_SECONDS,
+    access: Access = NO_ACCESS,
+    now: float | None = None,
+) -> list[tuple[DemandPoint, ...]]:
+    """Each of `models`' demand traces (`demand_from_prometheus`), all read within `budget_seconds`; DemandError on
+    the first failure, or where the budget runs out first."""
+    budget = asyncio.timeout(budget_seconds)
+    try:
+        async with budget:
+            return [
+                await demand_from_prometheus(url, model, since_seconds, step_seconds, access=access, now=now)
+                for model in models
+            ]
+    except TimeoutError:
+        if not budget.expired():  # raised by something else: not the budget's to explain
+            raise
+        raise DemandError(
+            f"{redact_url(url)}: the range queries took longer than --prometheus-timeout {duration(budget_seconds)} "
+            "in all: give a longer --prometheus-timeout, replay a shorter --since or one --workload, or check why "
+            "Prometheus answers slowly"
+        ) from None

@@ -3,7 +3,8 @@ that followed.
 
 Each sync (every 15 s from the trace's first sample) reads the signals as the generated queries would: the demand
 signal is the peak of demand over the demand window (`model:plimsoll_demand_requests:peak`), and the queue signal
-the trace's `queue_sum` at that time (`sum(plimsoll_requests_waiting)`), modelled only where the trace has it. The
+the trace's `queue_sum` at that time (`sum(plimsoll_requests_waiting)`), modelled only where the trace has it, each
+against its target as the manifests write it (`scaling.target_millis`), never the unrounded knee x margin. The
 HPA model (`hpa.py`) decides; added replicas serve one start-up time later, removed ones stop at once, the ones not
 yet ready first (as a ReplicaSet deletes them).
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from exporter.autoscale import hpa
 from exporter.autoscale.demand import DemandPoint
 from exporter.autoscale.fleet import FleetChange, Run, replicas_needed, run
-from exporter.scaling import PEAK_DEMAND, ScalerSpec, Target
+from exporter.scaling import PEAK_DEMAND, ScalerSpec, Target, target_millis
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ class Syncs:
 
 
 def _reading(target: Target, value: float) -> hpa.Reading:
-    return hpa.Reading(target.measure, target.metric_type, target.value, value)
+    return hpa.Reading(target.measure, target.metric_type, target_millis(target.value), value)
 
 
 def _readings(peak: float, queue: float | None, spec: ScalerSpec, knee_concurrency: float) -> list[hpa.Reading]:
@@ -216,7 +217,9 @@ def replay_syncs(syncs: Syncs, spec: ScalerSpec, startup_seconds: float, knee_co
     """`replay` over a trace already read into its syncs. A sync that `_repeats` stands for the rest of its
     stretch of equal readings, which are not stepped through: a steady month costs a few syncs."""
     bounds = (spec.min_replicas, spec.max_replicas)
-    initial = replicas_needed(syncs.points[0].demand, knee_concurrency * spec.margin, bounds)
+    # What the demand signal asks for at the first sample, as the controller computes it from the written target.
+    first_ask = hpa.needed(_readings(syncs.points[0].demand, None, spec, knee_concurrency)[0])
+    initial = min(max(first_ask, spec.min_replicas), spec.max_replicas)
     pods: Pods = ((syncs.start, initial),)
     current = initial
     history = hpa.first_history(syncs.start, initial)

@@ -42,6 +42,7 @@ from exporter.scaling import (
     Target,
     promql_string,
     scaler_spec,
+    target_millis,
 )
 
 DIRECTORY = "deploy/kubernetes/autoscaling"
@@ -82,6 +83,22 @@ def _number(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
+def _target_text(value: float) -> str:
+    """A target as the scalers hold it (scaling.target_millis), for the comments that explain it."""
+    return _number(target_millis(value) / 1000)
+
+
+def _keda_threshold(value: float) -> str:
+    """The threshold text KEDA reads back as scaling.target_millis(value): it sets the HPA's target to int64(threshold
+    x 1000), truncated, and some thousandths (1.005) parse to a float just below, which it would cut to one less
+    than the HPA beside it holds; the float just above is read as meant."""
+    millis = target_millis(value)
+    text = _number(millis / 1000)
+    if int(float(text) * 1000) == millis:
+        return text
+    return repr(math.nextafter(millis / 1000, math.inf))
+
+
 def _metric_name(workload: ScaledWorkload, signal: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", f"plimsoll_{signal}_{workload.namespace}_{workload.name}".lower())
 
@@ -97,8 +114,8 @@ def proportional_signal(workload: ScaledWorkload, target: Target, margin: float)
     else:
         series = rules.DEMAND_PEAK_RECORD
         why = (
-            f"peak demand in requests, {_number(target.value)} per replica (knee {workload.knee_concurrency} x margin "
-            f"{_number(margin)})"
+            f"peak demand in requests, {_target_text(target.value)} per replica (knee {workload.knee_concurrency} x "
+            f"margin {_number(margin)})"
         )
     return Signal(
         _metric_name(workload, "demand"),
@@ -118,7 +135,7 @@ def cliff_signal(workload: ScaledWorkload, target: Target) -> Signal:
         _selector(workload),
         f"sum({series}{_selector(workload)}) or vector(0)",
         target,
-        f"requests waiting over all replicas, {_number(target.value)} per replica: one above the "
+        f"requests waiting over all replicas, {_target_text(target.value)} per replica: one above the "
         f"{_number(target.activation)} a replica holds at its knee (saturation.queue)",
     )
 
@@ -170,7 +187,7 @@ def scaled_object(
                     "metadata": {
                         "serverAddress": prometheus,
                         "query": signal.query,
-                        "threshold": _number(signal.target.value),
+                        "threshold": _keda_threshold(signal.target.value),
                         "activationThreshold": _number(signal.target.activation),
                     },
                 }
@@ -181,7 +198,7 @@ def scaled_object(
 
 
 def _quantity(value: float) -> str:
-    return f"{round(value * 1000)}m"
+    return f"{target_millis(value)}m"
 
 
 def horizontal_pod_autoscaler(workload: ScaledWorkload, signals: Sequence[Signal], spec: ScalerSpec) -> dict[str, Any]:
@@ -239,7 +256,7 @@ def _render(explanation: Iterable[str], document: dict[str, Any]) -> str:
 
 
 def _signal_lines(signals: Sequence[Signal]) -> list[str]:
-    return [f"{signal.target.metric_type} {_number(signal.target.value)}: {signal.why}" for signal in signals]
+    return [f"{signal.target.metric_type} {_target_text(signal.target.value)}: {signal.why}" for signal in signals]
 
 
 SCALER_KINDS = ("ScaledObject", "HorizontalPodAutoscaler")

@@ -5,7 +5,7 @@ scaling behavior" and its examples) and the "HorizontalPodAutoscaler Walkthrough
 from collections.abc import Sequence
 
 from exporter.autoscale import hpa
-from exporter.scaling import Behavior, Policy, Rules
+from exporter.scaling import Behavior, Policy, Rules, target_millis
 
 # "Default Behavior": scale up by 100% or 4 pods per 15 s, whichever is more, no stabilization; scale down by up to
 # 100% per 15 s after a 300 s window.
@@ -18,11 +18,11 @@ FREE = Rules(0, "Max", (Policy("Percent", 1000, 15),))
 
 
 def _value(value: float, target: float, metric: str = "m") -> hpa.Reading:
-    return hpa.Reading(metric, "Value", target, value)
+    return hpa.Reading(metric, "Value", target_millis(target), value)
 
 
 def _average(total: float, target: float, metric: str = "m") -> hpa.Reading:
-    return hpa.Reading(metric, "AverageValue", target, total)
+    return hpa.Reading(metric, "AverageValue", target_millis(target), total)
 
 
 def _run(
@@ -185,3 +185,11 @@ def test_min_and_max_replicas_bound_the_result() -> None:
     down = _run(Behavior(FREE, FREE), (2, 6), 4, [1])[0]
     assert (up.replicas, up.reason) == (6, hpa.TOO_MANY)
     assert (down.replicas, down.reason) == (2, hpa.TOO_FEW)
+
+
+def test_a_proposal_is_computed_in_thousandths_as_the_controller_computes_it():
+    # 51 / 0.102 is 500.00000000000006 in floats; the controller's 51000m / 102m is exactly 500.
+    assert hpa.propose(_average(51, 0.102), 100, 100).replicas == 500
+    # A value is read as KEDA and prometheus-adapter serve it, truncated to thousandths: 2.0009 is 2000m, twice a
+    # target of 1, so 3 ready pods ask for 6 (the float 2.0009 x 3 would ask for 7).
+    assert hpa.propose(_value(2.0009, 1.0), 3, 3).replicas == 6

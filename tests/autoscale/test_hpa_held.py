@@ -20,7 +20,7 @@ def _history() -> hpa.History:
     replicas stand at 8, one removed 45 s ago and one added 15 s ago, both within their policies' period."""
     history, current = hpa.first_history(0.0, 6), 6
     for index, wanted in enumerate([9] * 9 + [4] * 7 + [8] * 2):
-        reading = hpa.Reading("m", "AverageValue", 1.0, float(wanted))
+        reading = hpa.Reading("m", "AverageValue", 1000, float(wanted))
         decision, history = hpa.decide(HELD_BACK, (1, 20), history, index * 15.0, current, current, [reading])
         current = decision.replicas
     assert current == 8
@@ -31,8 +31,8 @@ def _history() -> hpa.History:
 @pytest.mark.parametrize(
     ("reading", "ready", "reason"),
     [
-        (hpa.Reading("m", "AverageValue", 1.0, 8.5), 8, hpa.WITHIN_TOLERANCE),  # 8.5 / 8: within 10% of 1
-        (hpa.Reading("m", "Value", 1.0, 2.0), 4, hpa.METRIC),  # ceil(2 x 4 ready) = 8, outside the tolerance
+        (hpa.Reading("m", "AverageValue", 1000, 8.5), 8, hpa.WITHIN_TOLERANCE),  # 8.5 / 8: within 10% of 1
+        (hpa.Reading("m", "Value", 1000, 2.0), 4, hpa.METRIC),  # ceil(2 x 4 ready) = 8, outside the tolerance
     ],
 )
 def test_a_proposal_of_the_current_replicas_is_kept_with_its_own_reason(

@@ -91,10 +91,15 @@ def _hpa(config: Config) -> dict:
     return _documents(config)[f"{autoscaling.DIRECTORY}/vllm-llama-8b-hpa.yaml"]
 
 
+def _keda_millis(threshold: str) -> int:
+    """The HPA target KEDA makes of a trigger's threshold, in thousandths: int64(threshold x 1000), truncated."""
+    return int(float(threshold) * 1000)
+
+
 def _hpa_desired(current: int, value: float, trigger: dict) -> int:
     """What the HPA model (exporter/autoscale/hpa.py, checked against the Kubernetes documentation's examples) asks
-    for on this trigger's metric (KEDA hands its targets to the HPA unchanged), with every replica ready."""
-    reading = hpa.Reading("m", trigger["metricType"], float(trigger["metadata"]["threshold"]), value)
+    for on this trigger's metric (KEDA hands its targets to the HPA as thousandths), with every replica ready."""
+    reading = hpa.Reading("m", trigger["metricType"], _keda_millis(trigger["metadata"]["threshold"]), value)
     return hpa.propose(reading, current, current).replicas
 
 
@@ -138,6 +143,21 @@ def test_a_large_threshold_is_written_without_an_exponent_that_kubectl_would_rea
     (demand, queue) = yaml.safe_load(item.text)["spec"]["triggers"]
     assert demand["metadata"]["threshold"] == "1600000"
     assert (queue["metadata"]["threshold"], queue["metadata"]["activationThreshold"]) == ("10000001", "10000000")
+
+
+def test_keda_and_the_hpa_hold_one_target_where_the_threshold_s_text_would_be_cut_to_one_thousandth_less():
+    # knee 3 x margin 0.67 is 2.01 per replica: the text "2.01" parses to a float just below, and KEDA's
+    # int64(threshold x 1000) would make it 2009m while the HPA holds 2010m; at 201 requests they would ask for 101
+    # and 100 replicas.
+    config = _config(_workload(knee_concurrency=3))
+    assert config.autoscaling is not None
+    config = dataclasses.replace(config, autoscaling=dataclasses.replace(config.autoscaling, margin=0.67))
+    (keda_demand, _) = _scaled_object(config)["spec"]["triggers"]
+    (hpa_demand, _) = _hpa(config)["spec"]["metrics"]
+    assert hpa_demand["external"]["target"]["averageValue"] == "2010m"
+    assert _keda_millis(keda_demand["metadata"]["threshold"]) == 2010
+    assert float(keda_demand["metadata"]["threshold"]) == pytest.approx(2.01, abs=1e-12)
+    assert _hpa_desired(1, 201, keda_demand) == 100
 
 
 def test_scaled_object_uses_only_fields_of_kedas_documented_spec():
