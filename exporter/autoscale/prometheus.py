@@ -65,6 +65,9 @@ QUEUE_METRIC = "plimsoll_requests_waiting"
 MAX_SECRET_BYTES = 64 << 10
 # What the bounded fetch says of an answer that refused the request: Prometheus behind an authenticating proxy.
 _REFUSED = frozenset(("HTTP 401", "HTTP 403"))
+# Prometheus' answers to a query it would not run, each with its JSON error: 400 bad parameters, 422 a query it
+# cannot execute (too many samples), 503 one timed out or cancelled.
+_QUERY_REFUSED = frozenset(("HTTP 400", "HTTP 422", "HTTP 503"))
 _SENT_PRECISION = 0.001  # seconds: a query's start and end are sent to the millisecond
 _CREDENTIAL_FLAGS = (
     "--prometheus-bearer-token-file FILE, or --prometheus-basic-auth-user USER with --prometheus-password-file FILE"
@@ -256,7 +259,21 @@ def _samples(query: _Query, text: str, span: tuple[float, float], step_seconds: 
     return dict(_value(query, pair, span) for pair in values)
 
 
-def _unanswered(query: _Query, start: float, access: Access, detail: str) -> DemandError:
+def _prometheus_reason(refusal: str | None) -> str | None:
+    """Prometheus' own reason in an error answer (`{"status": "error", "errorType": ..., "error": ...}`), cut short
+    and escaped onto one line; None where the body is not that (a proxy's page, say), which is then not shown."""
+    try:
+        answer = json.loads(refusal or "")
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(answer, dict) or answer.get("status") != "error" or not isinstance(answer.get("error"), str):
+        return None
+    kind = answer.get("errorType")
+    prefix = f"{shown(kind[:40])}: " if isinstance(kind, str) and kind else ""
+    return prefix + shown(answer["error"][:200])
+
+
+def _unanswered(query: _Query, start: float, access: Access, detail: str, refusal: str | None) -> DemandError:
     """Why a range query got no answer, and what to do."""
     if detail in _REFUSED and access.headers:
         return DemandError(
@@ -265,6 +282,12 @@ def _unanswered(query: _Query, start: float, access: Access, detail: str) -> Dem
         )
     if detail in _REFUSED:
         return DemandError(f"{query.where} refused a request without credentials ({detail}): give {_CREDENTIAL_FLAGS}")
+    reason = _prometheus_reason(refusal) if detail in _QUERY_REFUSED else None
+    if reason is not None:
+        return DemandError(
+            f"{query.where}: {query.expr} from {_moment(start)}: Prometheus answered {detail}: {reason}; a shorter "
+            "--since asks less of it, and its own limits (--query.max-samples, --query.timeout) say how much it answers"
+        )
     if detail.startswith(TLS_FAILED):
         return DemandError(
             f"{query.where}: {detail}; where a private CA signed Prometheus' certificate, give its certificate with "
@@ -288,7 +311,7 @@ async def _range(
     url = base.joinpath("api/v1/query_range").with_query(params)
     fetched = await fetch(session, str(url), QUERY_TIMEOUT_SECONDS, MAX_ANSWER_BYTES, access.headers)
     if fetched.text is None:
-        raise _unanswered(query, span[0], access, fetched.detail or "no answer")
+        raise _unanswered(query, span[0], access, fetched.detail or "no answer", fetched.refusal)
     return _samples(query, fetched.text, span, step_seconds)
 
 

@@ -29,6 +29,9 @@ TLS_FAILED = "TLS failed"  # how a fetch's detail begins where the TLS handshake
 # aiohttp quotes what a server sent in some errors (a status line it cannot read quotes its whole buffer: 50 KB of
 # page), and the detail goes to every log line, /api/v1/state and the status page.
 MAX_DETAIL_CHARS = 300
+# The start of an answer other than 200, kept for a caller whose API explains a refusal in its body (Prometheus' JSON
+# error): enough for the reason, never a page.
+MAX_REFUSAL_BYTES = 4096
 # A password or a token is a line: a far larger file, or a FIFO or device put in the file's place, is not the one
 # meant (the poll loop reads a target's at every poll, where a read without end would stall every target).
 MAX_SECRET_BYTES = 64 << 10
@@ -41,6 +44,7 @@ class Fetched:
     detail: str | None  # the failure in words, for logs and /api/v1/state
     seconds: float
     date: str | None = None  # the response's Date header: the answering server's clock
+    refusal: str | None = None  # an answer other than 200: its body's first MAX_REFUSAL_BYTES, never in `detail`
 
 
 def _origin(url: URL) -> tuple[str, str | None, int | None]:
@@ -70,8 +74,14 @@ async def fetch(
     would otherwise get the daemon, and the target's credentials, to request any address it names."""
     started = time.monotonic()
 
-    def done(text: str | None, failure: str | None, detail: str | None = None, date: str | None = None) -> Fetched:
-        return Fetched(text, failure, detail, time.monotonic() - started, date)
+    def done(
+        text: str | None,
+        failure: str | None,
+        detail: str | None = None,
+        date: str | None = None,
+        refusal: str | None = None,
+    ) -> Fetched:
+        return Fetched(text, failure, detail, time.monotonic() - started, date, refusal)
 
     current = _parsed(url)
     sent = {"User-Agent": USER_AGENT, **(headers or {})}
@@ -92,7 +102,14 @@ async def fetch(
                         current = target
                         continue
                     if response.status != 200:
-                        return done(None, "http_status", f"HTTP {response.status}")
+                        refusal = bytearray()
+                        while len(refusal) < MAX_REFUSAL_BYTES:
+                            chunk = await response.content.read(MAX_REFUSAL_BYTES - len(refusal))
+                            if not chunk:
+                                break
+                            refusal += chunk
+                        text = refusal.decode("utf-8", errors="replace")
+                        return done(None, "http_status", f"HTTP {response.status}", refusal=text)
                     content_type = response.headers.get("Content-Type", "")
                     if "html" in content_type.lower():  # media types are case-insensitive
                         return done(None, "not_metrics", f"answered {content_type.split(';')[0]}, not a metrics page")

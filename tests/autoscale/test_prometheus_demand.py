@@ -28,6 +28,7 @@ from exporter.autoscale.prometheus import (
     queue_query,
 )
 from exporter.scaling import DEMAND_RECORD
+from exporter.sources.http import MAX_REFUSAL_BYTES
 from tests.generate import conftest as generate_conftest
 from tests.support.prometheus import Prometheus, free_port, prometheus_config, running_prometheus
 
@@ -254,6 +255,31 @@ def test_a_prometheus_error_of_several_lines_is_shown_on_one():
     failed = {"status": "error", "error": "first\nsecond \x1b[31m"}
     message = _error_from(_json(failed))
     assert "\n" not in message and "failed: first\\nsecond \\x1b[31m" in message
+
+
+@pytest.mark.parametrize(("status", "kind"), [(400, "bad_data"), (422, "execution"), (503, "timeout")])
+def test_a_query_prometheus_refuses_shows_its_own_reason_on_one_line(status, kind):
+    failed = {"status": "error", "errorType": kind, "error": "query processing would load too many samples\n\x1b[31m"}
+    message = _error_from(_json(failed, status=status))
+    assert f"Prometheus answered HTTP {status}: {kind}: query processing would load too many samples" in message
+    assert "\n" not in message and "\\x1b[31m" in message and demand_query(MODEL) in message
+
+
+def test_a_refusal_s_long_reason_is_cut_and_one_past_the_read_cap_shows_only_the_status():
+    failed = {"status": "error", "errorType": "bad_data", "error": "x" * 1000}
+    message = _error_from(_json(failed, status=400))
+    assert "x" * 200 in message and "x" * 201 not in message and len(message) < 600
+    failed["error"] = "x" * (MAX_REFUSAL_BYTES + 1)  # only its start is read: not JSON, so not shown
+    message = _error_from(_json(failed, status=400))
+    assert "HTTP 400; check --prometheus" in message and "xxx" not in message
+
+
+def test_a_refusal_that_is_not_prometheus_json_shows_only_the_status():
+    async def respond(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="<html>Authorization: Bearer s3cret</html>", status=400, content_type="text/html")
+
+    message = _error_from(respond)
+    assert "HTTP 400" in message and "s3cret" not in message and "html" not in message
 
 
 def test_a_series_that_is_not_an_object_is_refused():
