@@ -72,7 +72,7 @@ _IGNORED_WITH_VALUE = frozenset(
         "--root-path", "--ssl-keyfile", "--ssl-certfile", "--allowed-origins", "--generation-config",
         "--max-log-len", "--response-role", "--scheduling-policy", "--schedule-policy", "--otlp-traces-endpoint",
         "--distributed-executor-backend", "--attention-backend", "--grammar-backend", "--schedule-conservativeness",
-        "--watchdog-timeout", "--hf-overrides", "--override-generation-config", "--chat-template-content-format",
+        "--watchdog-timeout", "--override-generation-config", "--chat-template-content-format",
     }
 )  # fmt: skip
 _IGNORED_SWITCHES = frozenset(
@@ -189,6 +189,12 @@ def parse_engine_command_line(text: str) -> EngineCommandLine:
             ignored.append(flag)
         elif flag in _IGNORED_SWITCHES or _is_negated_switch(flag):
             ignored.append(flag)
+        elif flag == "--hf-overrides" and engine == "vllm":
+            # It rewrites the model's config (layers, heads, context, rope scaling...) before vLLM sizes anything.
+            raise EngineCommandLineError(
+                "--hf-overrides changes the model's config.json, which --from does not apply: write the overrides "
+                "into a copy of config.json, give its folder with --model, and leave --hf-overrides out of --from"
+            )
         else:
             raise EngineCommandLineError(
                 f"{flag} is not a {engine} flag Plimsoll knows: if it does not change GPU memory, leave it out of "

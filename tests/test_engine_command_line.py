@@ -151,3 +151,8 @@ def test_any_mix_of_flags_splits_into_settings_and_ignored_in_order(flags, inlin
     ignored = {"--port", "--trust-remote-code", "--host"}
     assert command.settings == tuple((f, v) for f, v in flags if f not in ignored)
     assert command.ignored == tuple(f for f, _ in flags if f in ignored)
+
+
+def test_hf_overrides_is_refused_as_it_changes_the_models_config():
+    with pytest.raises(EngineCommandLineError, match=r"--hf-overrides changes the model's config\.json"):
+        parse_engine_command_line("vllm serve m --hf-overrides '{\"num_hidden_layers\": 4}'")
