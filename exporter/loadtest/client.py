@@ -42,8 +42,9 @@ Prompt = str | tuple[Message, ...]
 
 # An error body is read only this far: enough for the server's message, never a whole page.
 _ERROR_BODY_BYTES = 4096
-# One event line may be long (a chunk with logprobs), but not unbounded.
-_MAX_LINE_BYTES = 1 << 20
+# One event line, and one event's data lines together, may be long (a chunk with logprobs), but not unbounded.
+_MAX_EVENT_BYTES = 1 << 20
+_BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 # A server may count a token or two more than it was asked for (an end-of-sequence token); twice as many is no
 # miscount, and such a count would make the step's throughput whatever the server chose.
 _MAX_OUTPUT_SHARE = 2
@@ -268,7 +269,7 @@ async def _read_events(
     clock: Callable[[], float],
 ) -> Failure | None:
     loop = asyncio.get_running_loop()
-    pending = b""
+    events = _EventReader()
     while True:
         # Before the first token the request may be queued, which is latency, not a stall: only the total timeout
         # bounds that wait.
@@ -278,28 +279,87 @@ async def _read_events(
         if not received:
             return Failure("bad response: stream ended before [DONE]")
         now = clock()
-        *lines, pending = (pending + received).split(b"\n")
-        if max(map(len, [pending, *lines])) > _MAX_LINE_BYTES:
+        lines = events.lines(received)
+        if lines is None:
             return Failure("bad response: a line over 1 MiB")
         for line in lines:
-            failure = _event_line(line, kind, stream, now)
+            taken = events.take(line)
+            failure = _event(taken, kind, stream, now) if isinstance(taken, str) else taken
             if failure is not None:
                 return failure
             if stream.done:  # the answer's end, whether or not the server closes the connection after it
                 return None
 
 
-def _event_line(line: bytes, kind: str, stream: _Stream, now: float) -> Failure | None:
-    line = line.strip()
-    if not line or line.startswith(b":"):  # every event ends with a blank line; ":" starts an SSE comment
-        return None
-    text = line.decode("utf-8", errors="replace")
-    if not text.startswith("data:"):
-        if text.startswith(("event:", "id:", "retry:")):
+class _EventReader:
+    """A server-sent event stream read as the HTML standard reads one. A line ends with CRLF, LF or a lone CR; the
+    stream's one leading byte-order mark is dropped; ":" starts a comment; an event's data lines (one space after
+    "data:" dropped) join with LF, and a blank line ends the event."""
+
+    def __init__(self) -> None:
+        self._unended = b""  # the start of a line whose end has not come
+        # The last read ended with a CR: its line was complete, but an LF opening the next read is the CR's own
+        # (one CRLF split across two reads), not the end of a blank line that would end the event early.
+        self._after_cr = False
+        self._at_start = True  # no line yet: the first may open with a byte-order mark
+        self._data: list[bytes] = []
+        self._data_bytes = 0
+
+    def lines(self, received: bytes) -> list[bytes] | None:
+        """The lines `received` completes, without their ends; None where a line is longer than the bound, whether
+        or not its end has come."""
+        if self._after_cr and received.startswith(b"\n"):
+            received = received[1:]
+        buffer = self._unended + received
+        lines = buffer.splitlines()
+        # A line is given as soon as its end is read, a CR included: holding it for a possible LF would hold an
+        # event that a CR ends until the server sent more.
+        last = buffer[-1:]
+        self._after_cr = last == b"\r"
+        self._unended = lines.pop() if last and last not in (b"\r", b"\n") else b""
+        # No line is longer than the buffer: most reads are far shorter than the bound, and need no line measured.
+        if len(buffer) > _MAX_EVENT_BYTES and max(map(len, [self._unended, *lines])) > _MAX_EVENT_BYTES:
             return None
+        if self._at_start and lines:
+            lines[0] = lines[0].removeprefix(_BYTE_ORDER_MARK)
+            self._at_start = False
+        return lines
+
+    def take(self, line: bytes) -> str | Failure | None:
+        """Take one line: the data of the event it ends, if any; a failure where the line is no event stream's, or
+        its event's data too long."""
+        if not line:
+            return self._dispatch()
+        if line.startswith(b"data:"):
+            value = line[5:]
+            self._data.append(value[1:] if value.startswith(b" ") else value)
+            self._data_bytes += len(value)
+            if self._data_bytes > _MAX_EVENT_BYTES:
+                return Failure("bad response: an event over 1 MiB")
+            return None
+        if line.startswith(b":"):
+            return None
+        if line == b"data":  # a field without a colon has an empty value: here an empty data line
+            self._data.append(b"")
+            return None
+        if line.partition(b":")[0] in (b"event", b"id", b"retry"):
+            return None
+        # The standard ignores a field it does not know, but a body of such lines is no event stream at all.
         return Failure("not streaming", "the body is not server-sent events (no `data:` lines)")
-    data = text[len("data:") :].strip()
-    if data == "[DONE]":
+
+    def _dispatch(self) -> str | None:
+        """The data of the event a blank line ended, where it had any."""
+        if not self._data:
+            return None
+        data = b"\n".join(self._data).decode("utf-8", errors="replace")
+        self._data.clear()
+        self._data_bytes = 0
+        return data
+
+
+def _event(data: str, kind: str, stream: _Stream, now: float) -> Failure | None:
+    """One event's data: the answer's end, or one of its chunks."""
+    if data.strip() == "[DONE]":
         stream.done = True
         return None
     try:

@@ -379,7 +379,7 @@ def _refusal(settings: RunSettings, model: str, reason: str, detail: str) -> str
     if reason.startswith("http 3"):
         return f"{settings.url}{path} {detail}: give --url the address that serves the API itself"
     if reason == "not streaming":
-        return f"{settings.url}{path} does not stream (it answered one JSON body): loadtest needs a streaming server"
+        return f"{settings.url}{path} does not stream ({detail}): loadtest needs a streaming server"
     if reason == "stalled":
         return f"{settings.url}{path} stopped streaming mid-answer ({detail}): is the server overloaded or stuck?"
     if reason == "timeout":

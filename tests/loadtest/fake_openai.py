@@ -18,6 +18,9 @@ from typing import Any
 
 from aiohttp import web
 
+# Long enough on loopback for the client to have read the part before, which it waits on.
+_RAW_PART_PAUSE_SECONDS = 0.05
+
 
 @dataclass
 class Behaviour:
@@ -33,6 +36,9 @@ class Behaviour:
     usage: bool = True
     has_chat: bool = True
     raw_stream: bytes | None = None  # answer with exactly these bytes as an event stream (malformed streams)
+    # Then these bytes, each part written a moment after the last, so that the client reads them apart (a line end
+    # split across two reads); were two read as one, the stream would still be the same bytes.
+    raw_stream_parts: tuple[bytes, ...] = ()
     raw_stream_held_open: bool = False  # after raw_stream, keep the connection open instead of ending the answer
     # Answer with exactly these bytes as application/json, with error_status or else 200 (a hostile error body).
     json_body: bytes | None = None
@@ -171,6 +177,9 @@ class FakeOpenAI:
         await response.prepare(request)
         if behaviour.raw_stream is not None:
             await response.write(behaviour.raw_stream)
+            for part in behaviour.raw_stream_parts:
+                await asyncio.sleep(_RAW_PART_PAUSE_SECONDS)
+                await response.write(part)
             if behaviour.raw_stream_held_open:
                 await asyncio.sleep(3600)
             await response.write_eof()

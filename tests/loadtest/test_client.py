@@ -1,11 +1,15 @@
-"""The client's measurements and error reasons, against the fake server over loopback."""
+"""The client's measurements and error reasons, against the fake server over loopback; and its event-stream reader
+against every way a stream's reads may cut it."""
 
 import asyncio
+import itertools
 
 import aiohttp
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from exporter.loadtest.client import Endpoint, Limits, send
+from exporter.loadtest.client import Endpoint, Failure, Limits, _EventReader, send
 from exporter.loadtest.measure import RequestRecord
 from exporter.loadtest.sketch import DurationSummary
 from tests.loadtest.fake_openai import Behaviour, closed_port, serving
@@ -81,6 +85,7 @@ def test_a_json_answer_to_a_streaming_request_is_not_streaming() -> None:
     [
         (b'data: {"choices": [{"text": "a"}]}\n\n', "bad response: stream ended before [DONE]"),
         (b"data: {oops\n\ndata: [DONE]\n\n", "bad response: a chunk is not JSON"),
+        (b'data: [{"text": "a"}]\n\ndata: [DONE]\n\n', "bad response: a chunk is not a JSON object"),
         (b'data: {"error": {"message": "engine died"}}\n\n', "bad response: error in stream"),
         (b"hello, not events\n", "not streaming"),
     ],
@@ -170,6 +175,95 @@ def test_an_answer_of_every_token_asked_for_is_not_short() -> None:
 
 def test_sse_comments_and_event_fields_are_skipped() -> None:
     raw = b': keep-alive\nevent: message\ndata: {"choices": [{"text": "a"}]}\n\ndata: [DONE]\n\n'
+    record = _send(Behaviour(raw_stream=raw))
+    assert record.error is None and record.ttft_seconds is not None
+
+
+_TOKEN = b'data: {"choices": [{"text": "a"}]}'
+_USAGE = b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}'
+
+
+def _one_token_answer(line_end: bytes = b"\n") -> bytes:
+    return b"".join(line + line_end * 2 for line in (_TOKEN, _USAGE, b"data: [DONE]"))
+
+
+def _send_one_token(raw: bytes, *parts: bytes) -> RequestRecord:
+    """One request answered with `raw` (then `parts`, each read apart), the connection held open after it: only the
+    answer's own end can end the request."""
+    behaviour = Behaviour(raw_stream=raw, raw_stream_parts=parts, raw_stream_held_open=True)
+    return _send(behaviour, max_tokens=1, limits=Limits(total_seconds=2.0, stall_seconds=1.0))
+
+
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n", b"\r"], ids=["LF", "CRLF", "CR"])
+def test_an_event_stream_is_read_whichever_line_end_it_uses(line_end: bytes) -> None:
+    # With CR line ends the answer's last byte is a CR: the event it ends is read without waiting for an LF.
+    record = _send_one_token(_one_token_answer(line_end))
+    assert (record.error, record.output_tokens) == (None, 1)
+    assert record.ttft_seconds is not None and record.e2e_seconds is not None
+
+
+@pytest.mark.parametrize("cut", [3, 1], ids=["whole", "split across reads"])
+def test_a_byte_order_mark_opening_the_stream_is_dropped(cut: int) -> None:
+    mark = b"\xef\xbb\xbf"
+    record = _send_one_token(mark[:cut], mark[cut:] + _one_token_answer())
+    assert (record.error, record.output_tokens) == (None, 1)
+
+
+def test_an_events_data_lines_are_joined_with_line_feeds() -> None:
+    # The chunk's JSON spread over three data lines, an empty one ("data" alone) among them, and a comment.
+    raw = b'data: {"choices":\n: a comment\ndata\ndata:[{"text": "a"}]}\n\n' + _USAGE + b"\n\ndata: [DONE]\n\n"
+    record = _send_one_token(raw)
+    assert (record.error, record.output_tokens) == (None, 1)
+    assert record.ttft_seconds is not None
+
+
+def test_a_crlf_split_across_two_reads_is_one_line_end() -> None:
+    # Read as two line ends, the CR and the LF would make a blank line, ending the event after half its JSON.
+    rest = b'\ndata: [{"text": "a"}]}\r\n\r\n' + _USAGE + b"\r\n\r\ndata: [DONE]\r\n\r\n"
+    record = _send_one_token(b'data: {"choices":\r', rest)
+    assert (record.error, record.output_tokens) == (None, 1)
+
+
+_LINE_ENDS = st.sampled_from([b"\n", b"\r\n", b"\r"])
+_DATA_LINE = st.text(st.characters(codec="utf-8", exclude_characters="\r\n"), max_size=8)
+
+
+@given(st.lists(st.lists(_DATA_LINE, min_size=1, max_size=3), max_size=4), st.booleans(), st.data())
+def test_the_events_read_do_not_depend_on_line_ends_or_where_the_reads_cut_the_stream(
+    events: list[list[str]], mark: bool, draw: st.DataObject
+) -> None:
+    stream = b"\xef\xbb\xbf" if mark else b""
+    for event in events:
+        for value in event:
+            line_end = draw.draw(_LINE_ENDS)
+            stream += b"data: " + value.encode() + line_end
+        # The blank line ends as the line before it did: after a lone CR, an LF would be that CR's own (a CRLF).
+        stream += line_end
+    # A read is never empty: the cuts fall inside the stream.
+    cuts = sorted(
+        {cut for cut in draw.draw(st.lists(st.integers(0, len(stream)), max_size=8)) if 0 < cut < len(stream)}
+    )
+    reader, read = _EventReader(), []
+    for start, end in itertools.pairwise([0, *cuts, len(stream)]):
+        lines = reader.lines(stream[start:end])
+        assert lines is not None
+        for line in lines:
+            taken = reader.take(line)
+            assert not isinstance(taken, Failure)
+            if taken is not None:
+                read.append(taken)
+    assert read == ["\n".join(event) for event in events]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'data:{"choices": [{"text": "a"}]}\n\ndata:[DONE]\n\n',
+        b'id: 1\nretry: 10\nevent: message\ndata: {"choices": [{"text": "a"}]}\n\n:\n\n\ndata:  [DONE] \n\n',
+    ],
+    ids=["no space after data:", "fields, an empty comment and blank lines"],
+)
+def test_the_forms_of_an_event_the_standard_allows_are_read(raw: bytes) -> None:
     record = _send(Behaviour(raw_stream=raw))
     assert record.error is None and record.ttft_seconds is not None
 

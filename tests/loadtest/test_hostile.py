@@ -152,6 +152,20 @@ def test_a_token_count_near_max_tokens_is_taken() -> None:
     assert _send_max_tokens_5(Behaviour(completion_tokens=6)) == (None, 6)
 
 
+@pytest.mark.parametrize("line_end", [b"", b"\r"], ids=["never ended", "ended by a CR"])
+def test_an_event_line_over_1_mib_is_a_bad_response_whether_or_not_it_ends(line_end: bytes) -> None:
+    raw = b"data: " + b"x" * (1 << 20) + line_end
+    behaviour = Behaviour(raw_stream=raw, raw_stream_held_open=True)
+    assert _send_max_tokens_5(behaviour) == ("bad response: a line over 1 MiB", None)
+
+
+def test_an_event_whose_data_lines_together_pass_1_mib_is_a_bad_response() -> None:
+    # Each line is short; the event they make, never ended by a blank line, is not.
+    raw = (b"data: " + b"x" * 1000 + b"\n") * 1100
+    behaviour = Behaviour(raw_stream=raw, raw_stream_held_open=True)
+    assert _send_max_tokens_5(behaviour) == ("bad response: an event over 1 MiB", None)
+
+
 def test_an_overloaded_answer_is_a_miss_and_its_retry_after_is_waited_before_the_next_request() -> None:
     async def go() -> tuple[list[str | None], list[float], float]:
         async with serving(Behaviour(error_every=2, retry_after="1")) as fake:

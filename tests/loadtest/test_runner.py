@@ -413,7 +413,12 @@ def test_a_server_too_slow_for_one_short_request_is_refused_with_the_time_it_had
 
 
 def test_a_non_streaming_server_is_refused() -> None:
-    assert "does not stream" in _refusal(Behaviour(stream=False))
+    assert "does not stream (the server answered one JSON body" in _refusal(Behaviour(stream=False))
+
+
+def test_a_stream_that_is_no_event_stream_is_refused_as_such_not_as_a_json_body() -> None:
+    message = _refusal(Behaviour(raw_stream=b"hello, this is plain text\n\n"))
+    assert "does not stream (the body is not server-sent events" in message and "JSON" not in message
 
 
 def test_a_model_the_server_does_not_serve_is_refused_with_the_ones_it_does() -> None:
