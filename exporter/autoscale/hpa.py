@@ -42,8 +42,8 @@ class Reading:
 
 
 def _millis(value: float) -> int:
-    """A metric's value as the controller reads it: KEDA and prometheus-adapter both serve it as int64(value x
-    1000) thousandths, truncated."""
+    """A metric's value as the controller reads it, in thousandths: prometheus-adapter and KEDA serve int64(value x
+    1000), truncated (recent KEDA formats it with %.3f, rounded); both agree on the whole counts these signals are."""
     return int(value * 1000)
 
 

@@ -91,7 +91,8 @@ def _target_text(value: float) -> str:
 def _keda_threshold(value: float) -> str:
     """The threshold text KEDA reads back as scaling.target_millis(value): it sets the HPA's target to int64(threshold
     x 1000), truncated, and some thousandths (1.005) parse to a float just below, which it would cut to one less
-    than the HPA beside it holds; the float just above is read as meant."""
+    than the HPA beside it holds; the float just above is read as meant, also by recent KEDA, which rounds the
+    threshold to thousandths with %.3f instead."""
     millis = target_millis(value)
     text = _number(millis / 1000)
     if int(float(text) * 1000) == millis:
