@@ -15,7 +15,8 @@ def add_loadtest(commands: Subcommands) -> None:
         help="find the saturation point and the SLO knee, and thresholds from the lower",
         formatter_class=Formatter,
         description="Drives an OpenAI-compatible server (streaming) with closed-loop concurrency rising from 1, or "
-        "from where the engine's reported KV pool still holds every request, then bisection, and finds two "
+        "from where the engine's reported KV pool still holds every request, a quarter at a time past the "
+        "saturation point, then bisection, and finds two "
         "answers: the saturation point (where the engine's own metrics show it cannot hold the load) and the SLO "
         "knee (the highest concurrency meeting the SLOs, judged by a sequential test). Writes result.json, "
         "report.html and thresholds.yaml under --out. Exit 0 with an answer, 1 when the run found none (what it "
@@ -89,7 +90,10 @@ def add_loadtest(commands: Subcommands) -> None:
     search.add_argument("--tolerance", type=float, default=0.1, help="bisection stops within this share of the knee")
     search.add_argument("--step-duration", type=duration_arg, default="30s", help="measured part of each step")
     search.add_argument(
-        "--warmup", type=duration_or_zero_arg, default="5s", help="discarded start of each step (0s: none)"
+        "--warmup",
+        type=duration_or_zero_arg,
+        default="5s",
+        help="discarded start of each step, at least one request's p99 lifetime at the level below (0s: that alone)",
     )
     search.add_argument("--max-duration", type=duration_arg, default="15m", help="the whole run's time limit")
     search.add_argument("--request-timeout", type=duration_arg, default="60s", help="one request's time limit")
