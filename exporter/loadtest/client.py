@@ -297,7 +297,10 @@ class _EventReader:
     "data:" dropped) join with LF, and a blank line ends the event."""
 
     def __init__(self) -> None:
-        self._unended = b""  # the start of a line whose end has not come
+        # The start of a line whose end has not come, in the pieces it was read in: joined once, when its end comes,
+        # so that a long line read in many small pieces costs its length, not its length times its pieces.
+        self._unended: list[bytes] = []
+        self._unended_bytes = 0
         # The last read ended with a CR: its line was complete, but an LF opening the next read is the CR's own
         # (one CRLF split across two reads), not the end of a blank line that would end the event early.
         self._after_cr = False
@@ -310,15 +313,19 @@ class _EventReader:
         or not its end has come."""
         if self._after_cr and received.startswith(b"\n"):
             received = received[1:]
-        buffer = self._unended + received
-        lines = buffer.splitlines()
         # A line is given as soon as its end is read, a CR included: holding it for a possible LF would hold an
         # event that a CR ends until the server sent more.
-        last = buffer[-1:]
-        self._after_cr = last == b"\r"
-        self._unended = lines.pop() if last and last not in (b"\r", b"\n") else b""
+        self._after_cr = received.endswith(b"\r")
+        if b"\n" not in received and b"\r" not in received:
+            self._unended.append(received)
+            self._unended_bytes += len(received)
+            return None if self._unended_bytes > _MAX_EVENT_BYTES else []
+        buffer = b"".join([*self._unended, received])
+        lines = buffer.splitlines()
+        unended = b"" if received.endswith((b"\r", b"\n")) else lines.pop()
+        self._unended, self._unended_bytes = [unended], len(unended)
         # No line is longer than the buffer: most reads are far shorter than the bound, and need no line measured.
-        if len(buffer) > _MAX_EVENT_BYTES and max(map(len, [self._unended, *lines])) > _MAX_EVENT_BYTES:
+        if len(buffer) > _MAX_EVENT_BYTES and max(map(len, [unended, *lines])) > _MAX_EVENT_BYTES:
             return None
         if self._at_start and lines:
             lines[0] = lines[0].removeprefix(_BYTE_ORDER_MARK)
@@ -332,20 +339,23 @@ class _EventReader:
             return self._dispatch()
         if line.startswith(b"data:"):
             value = line[5:]
-            self._data.append(value[1:] if value.startswith(b" ") else value)
-            self._data_bytes += len(value)
-            if self._data_bytes > _MAX_EVENT_BYTES:
-                return Failure("bad response: an event over 1 MiB")
-            return None
+            return self._add_data(value[1:] if value.startswith(b" ") else value)
         if line.startswith(b":"):
             return None
         if line == b"data":  # a field without a colon has an empty value: here an empty data line
-            self._data.append(b"")
-            return None
+            return self._add_data(b"")
         if line.partition(b":")[0] in (b"event", b"id", b"retry"):
             return None
         # The standard ignores a field it does not know, but a body of such lines is no event stream at all.
         return Failure("not streaming", "the body is not server-sent events (no `data:` lines)")
+
+    def _add_data(self, value: bytes) -> Failure | None:
+        # The LF that joins a line to the one before counts: empty data lines are an event's LFs, as many as sent.
+        self._data_bytes += len(value) + (1 if self._data else 0)
+        if self._data_bytes > _MAX_EVENT_BYTES:
+            return Failure("bad response: an event over 1 MiB")
+        self._data.append(value)
+        return None
 
     def _dispatch(self) -> str | None:
         """The data of the event a blank line ended, where it had any."""

@@ -3,6 +3,7 @@ against every way a stream's reads may cut it."""
 
 import asyncio
 import itertools
+import time
 
 import aiohttp
 import pytest
@@ -253,6 +254,43 @@ def test_the_events_read_do_not_depend_on_line_ends_or_where_the_reads_cut_the_s
             if taken is not None:
                 read.append(taken)
     assert read == ["\n".join(event) for event in events]
+
+
+def _read_event(data_lines: list[bytes]) -> str | Failure | None:
+    reader = _EventReader()
+    for line in data_lines:
+        taken = reader.take(b"data:" + line)
+        if taken is not None:
+            return taken
+    return reader.take(b"")
+
+
+def test_an_events_data_may_be_1_mib_with_the_line_feeds_that_join_it_and_no_more() -> None:
+    line = b"x" * 1023
+    almost = [line] * 1024  # 1,023 bytes each and 1,023 line feeds between them: 1 MiB less one byte
+    assert _read_event([*almost, b""]) == "\n".join(["x" * 1023] * 1024 + [""])
+    assert _read_event([*almost, b"x"]) == Failure("bad response: an event over 1 MiB")
+
+
+def _seconds_to_read_a_line_in_small_pieces(length: int) -> float:
+    """The least of five tries: the time to read one line of `length` bytes in reads of 256 bytes."""
+    piece = b"x" * 256
+    tries = []
+    for _ in range(5):
+        reader = _EventReader()
+        started = time.perf_counter()
+        for _ in range(length // len(piece)):
+            assert reader.lines(piece) == []
+        assert reader.lines(b"\n") == [b"x" * length]
+        tries.append(time.perf_counter() - started)
+    return min(tries)
+
+
+def test_a_long_line_read_in_small_pieces_costs_its_length_not_its_length_squared() -> None:
+    # A slow server's line comes in many small reads. Sixteen times as long takes about sixteen times as long to
+    # read; were each read to copy the line so far, it would take about 256 times as long.
+    short, long = (_seconds_to_read_a_line_in_small_pieces(length) for length in (1 << 16, 1 << 20))
+    assert long < 64 * short
 
 
 @pytest.mark.parametrize(

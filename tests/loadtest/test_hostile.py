@@ -166,6 +166,14 @@ def test_an_event_whose_data_lines_together_pass_1_mib_is_a_bad_response() -> No
     assert _send_max_tokens_5(behaviour) == ("bad response: an event over 1 MiB", None)
 
 
+@pytest.mark.parametrize("line", [b"data:\n", b"data\n"], ids=["data:", "data"])
+def test_an_event_of_empty_data_lines_is_bounded_by_the_line_feeds_that_join_them(line: bytes) -> None:
+    # Each line adds no data but an LF to the event, and one more entry for the reader to hold.
+    raw = line * ((1 << 20) + 2)
+    behaviour = Behaviour(raw_stream=raw, raw_stream_held_open=True)
+    assert _send_max_tokens_5(behaviour) == ("bad response: an event over 1 MiB", None)
+
+
 def test_an_overloaded_answer_is_a_miss_and_its_retry_after_is_waited_before_the_next_request() -> None:
     async def go() -> tuple[list[str | None], list[float], float]:
         async with serving(Behaviour(error_every=2, retry_after="1")) as fake:
