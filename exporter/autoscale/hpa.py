@@ -106,7 +106,9 @@ def propose(reading: Reading, current: int, ready: int) -> Proposal:
     else:
         ratio = usage / reading.target_millis
         wanted = math.ceil(ratio * ready)
-    if abs(1.0 - ratio) <= TOLERANCE:
+    # Kubernetes 1.33's form (Tolerances.isWithin in replica_calculator.go); before it |1 - ratio| <= tolerance,
+    # which in floats differs only at exactly +10% (1100m over 1000m: held now, scaled up then).
+    if 1.0 - TOLERANCE <= ratio <= 1.0 + TOLERANCE:
         return Proposal(reading, current, True)
     return Proposal(reading, wanted, False)
 

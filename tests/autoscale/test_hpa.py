@@ -187,6 +187,14 @@ def test_min_and_max_replicas_bound_the_result() -> None:
     assert (down.replicas, down.reason) == (2, hpa.TOO_FEW)
 
 
+def test_exactly_ten_percent_above_the_target_is_within_the_tolerance_as_kubernetes_reads_it():
+    # 1100m over a target of 1000m on one replica: a ratio of 1.1, inside [0.9, 1.1] (Kubernetes 1.33 on), where
+    # the older |1 - 1.1| <= 0.1 is false in floats and scaled to 2.
+    proposal = hpa.propose(_average(1.1, 1.0), 1, 1)
+    assert (proposal.replicas, proposal.within_tolerance) == (1, True)
+    assert hpa.propose(_average(0.9, 1.0), 1, 1).within_tolerance
+
+
 def test_a_proposal_is_computed_in_thousandths_as_the_controller_computes_it():
     # 51 / 0.102 is 500.00000000000006 in floats; the controller's 51000m / 102m is exactly 500.
     assert hpa.propose(_average(51, 0.102), 100, 100).replicas == 500
