@@ -306,6 +306,7 @@ class _EventReader:
         self._after_cr = False
         self._at_start = True  # no line yet: the first may open with a byte-order mark
         self._data: list[bytes] = []
+        self._streaming = False  # a data line came: the body is an event stream, whose unknown fields are ignored
         self._data_bytes = 0
 
     def lines(self, received: bytes) -> list[bytes] | None:
@@ -344,13 +345,14 @@ class _EventReader:
             return None
         if line == b"data":  # a field without a colon has an empty value: here an empty data line
             return self._add_data(b"")
-        if line.partition(b":")[0] in (b"event", b"id", b"retry"):
+        if self._streaming or line.partition(b":")[0] in (b"event", b"id", b"retry"):
             return None
-        # The standard ignores a field it does not know, but a body of such lines is no event stream at all.
+        # The standard ignores a field it does not know, but a body that opens with such lines is no event stream.
         return Failure("not streaming", "the body is not server-sent events (no `data:` lines)")
 
     def _add_data(self, value: bytes) -> Failure | None:
         # The LF that joins a line to the one before counts: empty data lines are an event's LFs, as many as sent.
+        self._streaming = True
         self._data_bytes += len(value) + (1 if self._data else 0)
         if self._data_bytes > _MAX_EVENT_BYTES:
             return Failure("bad response: an event over 1 MiB")

@@ -298,8 +298,9 @@ def test_a_long_line_read_in_small_pieces_costs_its_length_not_its_length_square
     [
         b'data:{"choices": [{"text": "a"}]}\n\ndata:[DONE]\n\n',
         b'id: 1\nretry: 10\nevent: message\ndata: {"choices": [{"text": "a"}]}\n\n:\n\n\ndata:  [DONE] \n\n',
+        b'data: {"choices": [{"text": "a"}]}\n\nx-trace: 7f\ndata: {"choices": [{"text": "b"}]}\n\ndata: [DONE]\n\n',
     ],
-    ids=["no space after data:", "fields, an empty comment and blank lines"],
+    ids=["no space after data:", "fields, an empty comment and blank lines", "a field it does not know after data"],
 )
 def test_the_forms_of_an_event_the_standard_allows_are_read(raw: bytes) -> None:
     record = _send(Behaviour(raw_stream=raw))
