@@ -10,7 +10,6 @@ credentials were refused; a certificate from a private CA is trusted with --prom
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -27,6 +26,7 @@ from aiohttp import web
 
 from exporter.autoscale.prometheus import MAX_SECRET_BYTES, prometheus_access
 from exporter.cli import main
+from tests.support.daemon_process import app_in_thread
 
 LOOPBACK = "127.0.0.1"
 TOKEN = "t0ken-Zq8"
@@ -70,37 +70,17 @@ class Guarded:
 
 @contextlib.contextmanager
 def _guarded(wanted: str | None, refusal: int = 401, tls: ssl.SSLContext | None = None) -> Iterator[Guarded]:
-    """Serve a Guarded query API on a free loopback port from a thread (the CLI runs its own event loop)."""
+    """Serve a Guarded query API on a free loopback port."""
     guarded = Guarded("", wanted, refusal)
-    started, stop = threading.Event(), threading.Event()
 
     async def respond(request: web.Request) -> web.Response:
         return guarded.answer(request)
 
-    async def serve() -> None:
-        app = web.Application()
-        app.router.add_get("/api/v1/query_range", respond)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, LOOPBACK, 0, ssl_context=tls)
-        await site.start()
-        port = runner.addresses[0][1]
-        guarded.url = f"{'https' if tls else 'http'}://{LOOPBACK}:{port}"
-        started.set()
-        try:
-            while not stop.is_set():
-                await asyncio.sleep(0.05)
-        finally:
-            await runner.cleanup()
-
-    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
-    thread.start()
-    assert started.wait(10), "the query API did not start within 10 s"
-    try:
+    app = web.Application()
+    app.router.add_get("/api/v1/query_range", respond)
+    with app_in_thread(app, tls) as url:
+        guarded.url = url
         yield guarded
-    finally:
-        stop.set()
-        thread.join(10)
 
 
 def _config(tmp_path: Path) -> Path:

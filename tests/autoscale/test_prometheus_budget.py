@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 
 from exporter.cli import main
+from tests.support.daemon_process import app_in_thread
 
-LOOPBACK = "127.0.0.1"
 CONFIG = """autoscaling:
   workloads:
     - model: chat
@@ -37,10 +37,8 @@ class Stalled:
 
 @contextlib.contextmanager
 def _stalled() -> Iterator[Stalled]:
-    """A query API on a free loopback port, served from a thread (the CLI runs its own event loop), that holds each
-    query until the test ends."""
+    """A query API on a free loopback port that holds each query until the test ends."""
     stalled = Stalled()
-    started = threading.Event()
 
     async def respond(request: web.Request) -> web.Response:
         stalled.asked.set()
@@ -48,29 +46,14 @@ def _stalled() -> Iterator[Stalled]:
             await asyncio.sleep(0.02)
         return web.json_response({"status": "error", "error": "released"}, status=503)
 
-    async def serve() -> None:
-        app = web.Application()
-        app.router.add_get("/api/v1/query_range", respond)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, LOOPBACK, 0)
-        await site.start()
-        stalled.url = f"http://{LOOPBACK}:{runner.addresses[0][1]}"
-        started.set()
+    app = web.Application()
+    app.router.add_get("/api/v1/query_range", respond)
+    with app_in_thread(app) as url:
+        stalled.url = url
         try:
-            while not stalled.release.is_set():
-                await asyncio.sleep(0.02)
+            yield stalled
         finally:
-            await runner.cleanup()
-
-    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
-    thread.start()
-    assert started.wait(10), "the query API did not start within 10 s"
-    try:
-        yield stalled
-    finally:
-        stalled.release.set()
-        thread.join(10)
+            stalled.release.set()  # before the server stops: it waits for the queries it holds
 
 
 @pytest.mark.parametrize("given", ["flag", "environment"])

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -134,15 +135,16 @@ def _started(
 
 
 @contextlib.contextmanager
-def app_in_thread(app: web.Application) -> Iterator[str]:
-    """Serve an aiohttp app on a free loopback port from a thread of its own; yields the base URL."""
+def app_in_thread(app: web.Application, tls: ssl.SSLContext | None = None) -> Iterator[str]:
+    """Serve an aiohttp app on a free loopback port from a thread of its own (the CLI under test runs its own event
+    loop), over TLS with `tls`; yields the base URL."""
     started = threading.Event()
     holder: dict[str, Any] = {}
 
     async def serve() -> None:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, LOOPBACK, 0)
+        site = web.TCPSite(runner, LOOPBACK, 0, ssl_context=tls)
         await site.start()
         server = site._server
         assert server is not None and server.sockets
@@ -160,7 +162,7 @@ def app_in_thread(app: web.Application) -> Iterator[str]:
     if not started.wait(10):
         raise AssertionError("page server did not start within 10 s")
     try:
-        yield f"http://{LOOPBACK}:{holder['port']}"
+        yield f"{'https' if tls else 'http'}://{LOOPBACK}:{holder['port']}"
     finally:
         holder["loop"].call_soon_threadsafe(holder["stop"].set)
         thread.join(10)
