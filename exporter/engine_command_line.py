@@ -187,7 +187,7 @@ def parse_engine_command_line(text: str) -> EngineCommandLine:
             while inline is None and i + 1 < len(rest) and not rest[i + 1].startswith("-"):
                 i += 1
             ignored.append(flag)
-        elif flag in _IGNORED_SWITCHES or _is_negated_switch(flag):
+        elif flag in _IGNORED_SWITCHES or (engine == "vllm" and _is_negated_switch(flag)):
             ignored.append(flag)
         elif flag == "--hf-overrides" and engine == "vllm":
             # It rewrites the model's config (layers, heads, context, rope scaling...) before vLLM sizes anything.
@@ -217,6 +217,7 @@ def _vllm_spelling(flag: str) -> str:
 
 
 def _is_negated_switch(flag: str) -> bool:
-    """`--no-enable-prefix-caching`: a switch that changes nothing Plimsoll models, turned off. A memory switch's
-    negation is a setting (EngineSpellings.negations), as the last of the pair decides."""
+    """vLLM's `--no-enable-prefix-caching`: a switch that changes nothing Plimsoll models, turned off. A memory
+    switch's negation is a setting (EngineSpellings.negations), as the last of the pair decides. SGLang's switches
+    are store_true and have no `--no-` form."""
     return flag.startswith("--no-") and "--" + flag.removeprefix("--no-") in _IGNORED_SWITCHES

@@ -156,3 +156,10 @@ def test_any_mix_of_flags_splits_into_settings_and_ignored_in_order(flags, inlin
 def test_hf_overrides_is_refused_as_it_changes_the_models_config():
     with pytest.raises(EngineCommandLineError, match=r"--hf-overrides changes the model's config\.json"):
         parse_engine_command_line("vllm serve m --hf-overrides '{\"num_hidden_layers\": 4}'")
+
+
+def test_sglang_refuses_a_no_form_of_its_switches_as_sglang_does():
+    with pytest.raises(EngineCommandLineError, match="--no-enable-metrics is not a sglang flag"):
+        parse_engine_command_line("python -m sglang.launch_server --model-path org/m --no-enable-metrics")
+    vllm = parse_engine_command_line("vllm serve org/m --no-enable-prefix-caching")
+    assert "--no-enable-prefix-caching" in vllm.ignored
