@@ -106,9 +106,10 @@ class EngineCommandLine:
     engine: str
     model: str
     # Memory-deciding flags as written (engine spelling, value; None for a switch), in order, after the environment
-    # variables that decide memory, as the Plimsoll flag each sets (_ENV_SETTINGS).
+    # variables that decide memory, as the Plimsoll flag each sets (_ENV_SETTINGS). A vLLM flag written with
+    # underscores is kept in its dashed spelling, the one vLLM reads it as.
     settings: tuple[tuple[str, str | None], ...]
-    ignored: tuple[str, ...]  # flags that change nothing Plimsoll models, as written
+    ignored: tuple[str, ...]  # flags that change nothing Plimsoll models, spelt as in `settings`
 
 
 def _flags_of(engine: str) -> dict[str, EngineSpellings]:
