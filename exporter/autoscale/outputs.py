@@ -15,8 +15,9 @@ from rich.text import Text
 from exporter.autoscale.demand import DemandPoint
 from exporter.autoscale.fleet import Run
 from exporter.autoscale.replay import Decided, Replay
-from exporter.autoscale.tune import Outcome, Tuning, config_change, duration_text
+from exporter.autoscale.tune import Outcome, Tuning, config_change
 from exporter.config import ScaledWorkload
+from exporter.core.units import duration
 from exporter.display import plain
 
 RESULT_VERSION = 1
@@ -262,7 +263,7 @@ def _workload_lines(workload: Mapping[str, Any]) -> list[RenderableType]:
 
 def knobs_text(outcome: Mapping[str, Any]) -> str:
     """A tuning outcome's margin and window, in the config's words."""
-    return f"margin {outcome['margin']:g}, demand_window {duration_text(outcome['demand_window_seconds'])}"
+    return f"margin {outcome['margin']:g}, demand_window {duration(outcome['demand_window_seconds'])}"
 
 
 def _tune_table(tune: Mapping[str, Any]) -> Table:

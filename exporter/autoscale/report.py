@@ -31,7 +31,7 @@ from exporter.autoscale.outputs import (
     unmet_budget_text,
     unreplayed_text,
 )
-from exporter.autoscale.tune import duration_text
+from exporter.core.units import duration
 from exporter.svg import PAGE_CSS, PLOT_WIDTH, Axis, Reference, Series, Shade, line_chart
 
 REPORT_FILE = "report.html"
@@ -289,7 +289,7 @@ def _tune_figures(tune: Mapping[str, Any], workloads: Sequence[Mapping[str, Any]
 def _tune(tune: Mapping[str, Any], workloads: Sequence[Mapping[str, Any]]) -> list[str]:
     searched = tune["searched"]
     margins = ", ".join(f"{margin:g}" for margin in searched["margins"])
-    windows = ", ".join(duration_text(window) for window in searched["demand_windows_seconds"])
+    windows = ", ".join(duration(window) for window in searched["demand_windows_seconds"])
     return [
         '<section class="tune" id="tune"><h2>Tuning (--tune)</h2>',
         f'<p class="meta">{tune["replays"]} replays: every autoscaling.margin of {margins} with every '

@@ -176,12 +176,7 @@ def tune(
     return Tuning(budget, own, chosen, lowest, len(outcomes) * len(workloads), margins, searched)
 
 
-def duration_text(seconds: float) -> str:
-    """A window as the config writes it (`20m`, `1h30m`): "%g" wrote a long one as `1e+06s`, which no config reads."""
-    return duration(seconds)
-
-
 def config_change(knobs: Knobs) -> str:
     """The YAML lines to paste into the config, the margin with every digit it has (it scales every target)."""
     margin = repr(knobs.margin).removesuffix(".0")
-    return f"autoscaling:\n  margin: {margin}\n  demand_window: {duration_text(knobs.demand_window_seconds)}\n"
+    return f"autoscaling:\n  margin: {margin}\n  demand_window: {duration(knobs.demand_window_seconds)}\n"
