@@ -7,11 +7,11 @@ least a fleet can run without demand above its knee).
 """
 
 import bisect
-from collections import deque
 from collections.abc import Sequence
 
 from exporter.autoscale.demand import DemandPoint
 from exporter.autoscale.fleet import FleetChange, Run, replicas_needed, run
+from exporter.autoscale.window import WindowPeak
 
 
 def static_peak(trace: Sequence[DemandPoint], knee_concurrency: float, bounds: tuple[int, int]) -> Run:
@@ -31,18 +31,10 @@ def oracle(
     # The count that exists changes where a sample starts or leaves the look-ahead [t, t + start-up].
     breaks = sorted({*times, *(time - startup_seconds for time in times if start < time - startup_seconds < end)})
     fleet: list[FleetChange] = []
-    # The samples of the look-ahead whose need no later one of it matches, by time: the first is the most needed.
-    # Both ends only move forward, so each sample enters and leaves once, however long the start-up.
-    ahead: deque[int] = deque()
-    entered = 0
+    ahead = WindowPeak(needed)  # the most needed over the look-ahead
     for time in breaks:
         first = bisect.bisect_right(times, time) - 1
-        for index in range(entered, bisect.bisect_right(times, time + startup_seconds)):
-            while ahead and needed[ahead[-1]] <= needed[index]:
-                ahead.pop()
-            ahead.append(index)
-            entered = index + 1
-        while ahead[0] < first:
-            ahead.popleft()
-        fleet.append(FleetChange(time, needed[ahead[0]], needed[first]))
+        most = ahead.over(first, bisect.bisect_right(times, time + startup_seconds))
+        assert most is not None  # the look-ahead holds the sample at `time` itself
+        fleet.append(FleetChange(time, most, needed[first]))
     return run(trace, fleet, knee_concurrency)

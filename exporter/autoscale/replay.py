@@ -16,13 +16,13 @@ Prometheus' own scrape and rule-evaluation delays are not modelled either: the t
 
 import bisect
 import dataclasses
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from exporter.autoscale import hpa
 from exporter.autoscale.demand import DemandPoint
 from exporter.autoscale.fleet import FleetChange, Run, replicas_needed, run
+from exporter.autoscale.window import WindowPeak
 from exporter.scaling import PEAK_DEMAND, ScalerSpec, Target, target_millis
 
 
@@ -106,21 +106,12 @@ class Syncs:
     def _walk(self, window: float) -> tuple[Reads, ...]:
         times, demands, last = self.times, self.demands, len(self.times)
         reads: list[Reads] = []
-        # The samples in the window that no later one in it matches, by time: the first is the peak. Both ends of the
-        # window only move forward, so each sample enters and leaves once, however many the window holds.
-        peaks: deque[int] = deque()
-        entered = index = 0
+        peaks = WindowPeak(demands)
+        index = 0
         while index < self.count:
             now = self.time(index)
             low, high = bisect.bisect_left(times, now - window), bisect.bisect_right(times, now)
-            for sample in range(entered, high):
-                while peaks and demands[peaks[-1]] <= demands[sample]:
-                    peaks.pop()
-                peaks.append(sample)
-            entered = max(entered, high)
-            while peaks and peaks[0] < low:
-                peaks.popleft()
-            peak, queue = demands[peaks[0]] if peaks else 0.0, self.points[high - 1].queue_sum
+            peak, queue = peaks.over(low, high) or 0.0, self.points[high - 1].queue_sum
             if not reads or (reads[-1].peak, reads[-1].queue) != (peak, queue):
                 reads.append(Reads(index, peak, queue))
             # Next: the first sync a later sample enters the window at, or the first one the window leaves a sample.
