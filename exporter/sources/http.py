@@ -102,22 +102,14 @@ async def fetch(
                         current = target
                         continue
                     if response.status != 200:
-                        refusal = bytearray()
-                        while len(refusal) < MAX_REFUSAL_BYTES:
-                            chunk = await response.content.read(MAX_REFUSAL_BYTES - len(refusal))
-                            if not chunk:
-                                break
-                            refusal += chunk
-                        text = refusal.decode("utf-8", errors="replace")
-                        return done(None, "http_status", f"HTTP {response.status}", refusal=text)
+                        refusal = (await _read_start(response, MAX_REFUSAL_BYTES)).decode("utf-8", errors="replace")
+                        return done(None, "http_status", f"HTTP {response.status}", refusal=refusal)
                     content_type = response.headers.get("Content-Type", "")
                     if "html" in content_type.lower():  # media types are case-insensitive
                         return done(None, "not_metrics", f"answered {content_type.split(';')[0]}, not a metrics page")
-                    body = bytearray()
-                    async for chunk in response.content.iter_chunked(65536):
-                        body += chunk
-                        if len(body) > max_bytes:
-                            return done(None, "too_large", f"the page is over {max_bytes:,} bytes (max_response_size)")
+                    body = await _read_start(response, max_bytes + 1)
+                    if len(body) > max_bytes:
+                        return done(None, "too_large", f"the page is over {max_bytes:,} bytes (max_response_size)")
                     return done(body.decode("utf-8", errors="replace"), None, date=response.headers.get("Date"))
             return done(None, "redirect", f"more than {MAX_REDIRECTS} redirects")
     except TimeoutError:
@@ -129,6 +121,17 @@ async def fetch(
         return done(None, "refused", "connection refused" if refused else f"cannot connect: {error.os_error}")
     except (aiohttp.ClientError, OSError, ValueError) as error:
         return done(None, "error", described(error))
+
+
+async def _read_start(response: aiohttp.ClientResponse, limit: int) -> bytearray:
+    """The body's first `limit` bytes at most (all of it, where shorter), however the server cuts it into reads."""
+    body = bytearray()
+    while len(body) < limit:
+        chunk = await response.content.read(limit - len(body))
+        if not chunk:
+            break
+        body += chunk
+    return body
 
 
 def described(error: BaseException) -> str:
